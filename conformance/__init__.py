@@ -1,0 +1,1 @@
+"""The conformance kit: a pytest plugin that judges any TokenSink / TokenSource."""

@@ -1,0 +1,1 @@
+"""Reference implementations of the token-capture contract."""

@@ -1,0 +1,269 @@
+"""Run-wide training-token capture settings: the ``token_id_capture`` config block.
+
+The block decides whether capture runs, where records go (the embedded file store under
+``dir``, or a ``sink`` class built in every serving process), who reads them back
+(``rebuild_response``), and how many masked rollouts a run tolerates.
+
+    env:
+      nemo_gym:
+        token_id_capture:
+          enabled: true
+          dir: /tmp/ng_tokcap
+          sink: my_pkg.sinks:MyDataPlaneSink
+          sink_kwargs: {url: "redis://..."}
+
+A sink is named as ``module.path:ClassName`` and built from plain keyword arguments, once per
+process, because spawned workers do not inherit anything a launcher installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tokcap_spec.errors import EndpointError, MaskFractionExceededError
+from tokcap_spec.protocols import TokenSink, installed_token_sink, protocol_problems
+
+__all__ = [
+    "TOKEN_ID_CAPTURE_BLOCK",
+    "MaskFractionGuard",
+    "TokenIdCaptureConfig",
+    "TokenIdCaptureSettings",
+    "logger",
+    "token_id_capture_config",
+    "token_id_capture_enabled_for_agent",
+]
+
+TOKEN_ID_CAPTURE_BLOCK: Final = "token_id_capture"
+
+logger = logging.getLogger(__name__)
+
+
+class TokenIdCaptureSettings(BaseModel):
+    """The ``token_id_capture`` block. Unknown keys are refused, so typos fail loudly."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    dir: Path | None = None
+    sink: str | None = None
+    sink_kwargs: dict[str, Any] = Field(default_factory=dict)
+    all_agents: bool = False
+    rebuild_response: bool = True
+    max_mask_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    mask_fraction_min_samples: int = Field(default=50, ge=1)
+
+
+class TokenIdCaptureConfig(BaseModel):
+    """The capture block plus ``model_call_capture_dir``, the one top-level key it falls back to.
+
+    Every other top-level key of a global config is ignored.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    model_call_capture_dir: Path | None = None
+    token_id_capture: TokenIdCaptureSettings = TokenIdCaptureSettings()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether training-token capture is on for this run."""
+        return self.token_id_capture.enabled
+
+    def resolved_dir(self) -> Path | None:
+        """Return the file store's directory: ``dir``, else ``model_call_capture_dir``."""
+        return self.token_id_capture.dir or self.model_call_capture_dir
+
+    @model_validator(mode="after")
+    def _validate(self) -> TokenIdCaptureConfig:
+        settings = self.token_id_capture
+        if not settings.enabled:
+            return self
+        if settings.sink is not None:
+            _split_target(settings.sink, "sink")
+            if self.resolved_dir() is not None:
+                logger.warning(
+                    "token_id_capture: sink %s replaces the file store; the configured "
+                    "directory %s is not used for training tokens",
+                    settings.sink,
+                    self.resolved_dir(),
+                )
+            return self
+        if installed_token_sink() is not None or not settings.rebuild_response:
+            return self
+        directory = self.resolved_dir()
+        if directory is None or not directory.is_absolute():
+            raise ValueError(
+                "token_id_capture is enabled without a sink, so the file store needs an "
+                "absolute directory: set token_id_capture.dir (or model_call_capture_dir) to an "
+                f"absolute path, got {directory}"
+            )
+        return self
+
+    def build_sink(self) -> TokenSink | None:
+        """Construct the configured sink, or return None when the file store is in use.
+
+        Call this once in each server process: a sink installed by a launcher does not
+        reach spawned workers. Every call returns a new, validated instance.
+        """
+        settings = self.token_id_capture
+        if not settings.enabled or settings.sink is None:
+            return None
+        sink = self._build_endpoint(settings.sink, settings.sink_kwargs, TokenSink, "sink")
+        assert isinstance(sink, TokenSink)
+        return sink
+
+    @staticmethod
+    def _build_endpoint(target: str, kwargs: dict[str, Any], protocol: type, kind: str) -> Any:
+        """Import ``target``, call it with ``kwargs`` and check the result against ``protocol``.
+
+        Raises :class:`EndpointError` for every way this can fail (BUILD-2). The message names
+        the target and the kwarg names, never the kwarg values.
+        """
+        module_name, attr_path = _split_target(target, kind)
+        names = ", ".join(sorted(kwargs)) or "none"
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            raise EndpointError(
+                f"token {kind} {target!r}: module {module_name!r} cannot be imported "
+                f"({type(exc).__name__}: {_redact(str(exc), kwargs)}); make it importable in "
+                "every serving process"
+            ) from None
+        factory: Any = module
+        for part in attr_path.split("."):
+            if not hasattr(factory, part):
+                raise EndpointError(
+                    f"token {kind} {target!r}: {module_name!r} has no attribute {attr_path!r}"
+                )
+            factory = getattr(factory, part)
+        if not callable(factory):
+            raise EndpointError(f"token {kind} {target!r}: {attr_path!r} is not callable")
+        try:
+            endpoint = factory(**kwargs)
+        except Exception as exc:
+            raise EndpointError(
+                f"token {kind} {target!r} refused its keyword arguments ({names}): "
+                f"{type(exc).__name__}: {_redact(str(exc), kwargs)}"
+            ) from None
+        problems = protocol_problems(endpoint, protocol)
+        if problems:
+            raise EndpointError(
+                f"token {kind} {target!r} does not satisfy {protocol.__name__}: "
+                + "; ".join(problems)
+            )
+        return endpoint
+
+
+def _split_target(target: str, kind: str) -> tuple[str, str]:
+    module_name, sep, attr_path = target.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise EndpointError(f"token {kind} {target!r} must have the form 'module.path:ClassName'")
+    return module_name, attr_path
+
+
+def _redact(text: str, kwargs: Mapping[str, Any]) -> str:
+    """Replace every kwarg value that appears in ``text`` by ``***``.
+
+    Constructors often echo what they were given; the value may be a credential.
+    """
+    for value in _leaf_values(kwargs):
+        if len(value) >= 3:
+            text = text.replace(value, "***")
+    return text
+
+
+def _leaf_values(data: Any) -> list[str]:
+    if isinstance(data, Mapping):
+        return [leaf for value in data.values() for leaf in _leaf_values(value)]
+    if isinstance(data, (list, tuple)):
+        return [leaf for value in data for leaf in _leaf_values(value)]
+    if data is None or isinstance(data, bool):
+        return []
+    return [str(data), repr(data)]
+
+
+def token_id_capture_config(global_config_dict: Any) -> TokenIdCaptureConfig:
+    """Read the capture settings out of a global config dict (None reads as empty)."""
+    return TokenIdCaptureConfig.model_validate(_as_dict(global_config_dict))
+
+
+def token_id_capture_enabled_for_agent(global_config_dict: Any, agent_name: str | None) -> bool:
+    """Return whether one configured agent participates in capture.
+
+    False when capture is disabled. True for every agent when ``all_agents`` is set.
+    Otherwise true exactly when one of the agent's ``responses_api_agents`` entries sets
+    ``token_id_capture``.
+    """
+    config = token_id_capture_config(global_config_dict)
+    if not config.enabled:
+        return False
+    if config.token_id_capture.all_agents:
+        return True
+    if agent_name is None:
+        return False
+    agent = _as_dict(global_config_dict).get(agent_name)
+    if not isinstance(agent, Mapping):
+        return False
+    agents = agent.get("responses_api_agents")
+    if not isinstance(agents, Mapping):
+        return False
+    return any(
+        isinstance(body, Mapping) and bool(body.get(TOKEN_ID_CAPTURE_BLOCK))
+        for body in agents.values()
+    )
+
+
+def _as_dict(global_config_dict: Any) -> dict[str, Any]:
+    if global_config_dict is None:
+        return {}
+    if isinstance(global_config_dict, Mapping):
+        return dict(global_config_dict)
+    raise TypeError(f"a global config must be a mapping, got {type(global_config_dict).__name__}")
+
+
+class MaskFractionGuard:
+    """Applies ``max_mask_fraction`` to a run's finalized rollouts (CFG-6).
+
+    Call :meth:`record` once per finalized rollout. Once at least
+    ``mask_fraction_min_samples`` rollouts are finalized and the masked fraction is strictly
+    above ``max_mask_fraction``, it raises :class:`MaskFractionExceededError`, and keeps
+    raising for every later rollout. With no limit set it never raises.
+    """
+
+    def __init__(self, max_mask_fraction: float | None, mask_fraction_min_samples: int = 50):
+        checked = TokenIdCaptureSettings(
+            max_mask_fraction=max_mask_fraction,
+            mask_fraction_min_samples=mask_fraction_min_samples,
+        )
+        self.max_mask_fraction = checked.max_mask_fraction
+        self.min_samples = checked.mask_fraction_min_samples
+        self.finalized = 0
+        self.masked = 0
+
+    @classmethod
+    def from_settings(cls, settings: TokenIdCaptureSettings) -> MaskFractionGuard:
+        """Build the guard a run's ``token_id_capture`` block asks for."""
+        return cls(settings.max_mask_fraction, settings.mask_fraction_min_samples)
+
+    @property
+    def fraction(self) -> float:
+        """The masked fraction so far (0.0 before any rollout is finalized)."""
+        return self.masked / self.finalized if self.finalized else 0.0
+
+    def record(self, masked: bool) -> None:
+        """Count one finalized rollout; raise once the run has masked too many."""
+        self.finalized += 1
+        self.masked += int(masked)
+        limit = self.max_mask_fraction
+        if limit is not None and self.finalized >= self.min_samples and self.fraction > limit:
+            raise MaskFractionExceededError(
+                f"{self.masked} of {self.finalized} finalized rollouts were masked "
+                f"({self.fraction:.3f}), above token_id_capture.max_mask_fraction={limit}; "
+                "the captured tokens are too incomplete to train on"
+            )

@@ -1,0 +1,59 @@
+"""Typed errors raised by token stores and by the capture configuration.
+
+Every error a conforming store raises on purpose derives from :class:`TokenCaptureError`,
+so a capture path can tell "the store refused this" apart from a bug in the store.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConflictingEntryError",
+    "CorruptStoreError",
+    "EndpointError",
+    "InvalidRolloutIdError",
+    "MaskFractionExceededError",
+    "RolloutFrozenError",
+    "RolloutRetiredError",
+    "StoreWriteError",
+    "TokenCaptureError",
+]
+
+
+class TokenCaptureError(Exception):
+    """Base class of every error a token store or the capture config raises on purpose."""
+
+
+class InvalidRolloutIdError(TokenCaptureError, ValueError):
+    """A rollout id does not match :data:`tokcap_spec.ids.ROLLOUT_ID_PATTERN`."""
+
+
+class RolloutFrozenError(TokenCaptureError):
+    """A put of a new call reached a rollout that is already frozen (strict fence, FENCE-1)."""
+
+
+class RolloutRetiredError(TokenCaptureError):
+    """A write reached a rollout that a consumer already dropped or retired (FENCE-2)."""
+
+
+class ConflictingEntryError(TokenCaptureError):
+    """A ``model_call_id`` was reused with a different payload (PUT-4)."""
+
+
+class CorruptStoreError(TokenCaptureError):
+    """Stored records are damaged in a way the store cannot repair without losing evidence."""
+
+
+class StoreWriteError(TokenCaptureError, OSError):
+    """The store could not make a write durable; nothing was acknowledged."""
+
+
+class EndpointError(TokenCaptureError, ValueError):
+    """A ``module.path:ClassName`` sink or source target cannot be built (BUILD-2).
+
+    Messages name the target and the keyword-argument *names*; they never carry values,
+    because sink kwargs routinely hold credentials.
+    """
+
+
+class MaskFractionExceededError(TokenCaptureError):
+    """More finalized rollouts were masked than ``max_mask_fraction`` allows (CFG-6)."""

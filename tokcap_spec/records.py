@@ -1,0 +1,121 @@
+"""The training-token record: one model call's prompt, generation and log probs.
+
+A :class:`TokenEntry` is what a sink stores and a source hands back. Its promises (REC-1 to
+REC-4) hold for every instance that exists: lengths agree, log probs are never NaN, token ids
+fit in 31 bits, and a record written by a newer schema is refused rather than misread.
+
+:meth:`TokenEntry.to_json_bytes` is the canonical serialization. Two entries are the same
+payload (PUT-3) exactly when their canonical bytes are equal. It keeps ``-inf`` and ``-0.0``
+bit for bit, which plain ``model_dump_json`` does not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Annotated, Any, Final
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "TOKEN_ENTRY_RECORD_SCHEMA_VERSION",
+    "TOKEN_FIELDS",
+    "MAX_TOKEN_ID",
+    "TokenEntry",
+]
+
+TOKEN_ENTRY_RECORD_SCHEMA_VERSION: Final = 1
+"""The record schema this reader writes and the newest it accepts."""
+
+TOKEN_FIELDS: Final = (
+    "prompt_token_ids",
+    "generation_token_ids",
+    "generation_log_probs",
+    "routed_experts",
+)
+"""The fields that carry training tokens, as opposed to call metadata."""
+
+MAX_TOKEN_ID: Final = 2**31 - 1
+
+
+def _refuse_nan(value: float) -> float:
+    if math.isnan(value):
+        raise ValueError("log prob is NaN; -inf is the only non-finite log prob allowed")
+    return value
+
+
+TokenId = Annotated[int, Field(strict=True, ge=0, le=MAX_TOKEN_ID)]
+LogProb = Annotated[float, AfterValidator(_refuse_nan)]
+
+
+class TokenEntry(BaseModel):
+    """One captured model call, scoped by ``rollout_id`` and keyed by ``model_call_id``.
+
+    Instances are frozen: fields cannot be reassigned. Unknown fields are kept and
+    round-trip through every conforming store (REC-1).
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    schema_version: int = TOKEN_ENTRY_RECORD_SCHEMA_VERSION
+    rollout_id: str = Field(min_length=1)
+    model_call_id: str = Field(min_length=1)
+    model: str = ""
+    prompt_token_ids: list[TokenId] = Field(default_factory=list)
+    generation_token_ids: list[TokenId] = Field(default_factory=list)
+    generation_log_probs: list[LogProb] = Field(default_factory=list)
+    routed_experts: list[Any] | None = None
+    output_items: list[dict[str, Any]] = Field(default_factory=list)
+    token_item_index: int | None = None
+    created_at: float = Field(default_factory=time.time)
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_schema(cls, version: int) -> int:
+        if version > TOKEN_ENTRY_RECORD_SCHEMA_VERSION:
+            raise ValueError(
+                f"record schema_version {version} is newer than this reader's schema_version "
+                f"{TOKEN_ENTRY_RECORD_SCHEMA_VERSION}; upgrade tokcap to read it"
+            )
+        if version < 1:
+            raise ValueError(f"record schema_version must be at least 1, got {version}")
+        return version
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TokenEntry:
+        if len(self.generation_token_ids) != len(self.generation_log_probs):
+            raise ValueError(
+                "generation_token_ids and generation_log_probs must have equal length, got "
+                f"{len(self.generation_token_ids)} and {len(self.generation_log_probs)}"
+            )
+        index = self.token_item_index
+        if index is not None and not 0 <= index < len(self.output_items):
+            raise ValueError(
+                f"token_item_index {index} does not index output_items "
+                f"(length {len(self.output_items)})"
+            )
+        return self
+
+    def to_json_bytes(self) -> bytes:
+        """Return the canonical UTF-8 JSON of this entry: sorted keys, no spaces, one line.
+
+        Non-finite floats are written as ``-Infinity``/``Infinity`` so they survive; every
+        float is written with Python's shortest round-tripping repr.
+        """
+        return json.dumps(
+            self.model_dump(mode="python"),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            allow_nan=True,
+        ).encode("utf-8")
+
+    @classmethod
+    def from_json_bytes(cls, data: bytes | str) -> TokenEntry:
+        """Parse what :meth:`to_json_bytes` wrote (or any JSON object with the same fields)."""
+        return cls.model_validate(json.loads(data))
+
+    def same_payload(self, other: TokenEntry) -> bool:
+        """Return whether ``other`` serializes to exactly the same bytes (PUT-3)."""
+        return self.to_json_bytes() == other.to_json_bytes()
