@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tokcap_spec.errors import EndpointError, MaskFractionExceededError
 from tokcap_spec.protocols import TokenSink, installed_token_sink, protocol_problems
+from tokcap_spec.redaction import redact
 
 __all__ = [
     "TOKEN_ID_CAPTURE_BLOCK",
@@ -132,7 +133,7 @@ class TokenIdCaptureConfig(BaseModel):
         except Exception as exc:
             raise EndpointError(
                 f"token {kind} {target!r}: module {module_name!r} cannot be imported "
-                f"({type(exc).__name__}: {_redact(str(exc), kwargs)}); make it importable in "
+                f"({type(exc).__name__}: {redact(str(exc), kwargs)}); make it importable in "
                 "every serving process"
             ) from None
         factory: Any = module
@@ -149,7 +150,7 @@ class TokenIdCaptureConfig(BaseModel):
         except Exception as exc:
             raise EndpointError(
                 f"token {kind} {target!r} refused its keyword arguments ({names}): "
-                f"{type(exc).__name__}: {_redact(str(exc), kwargs)}"
+                f"{type(exc).__name__}: {redact(str(exc), kwargs)}"
             ) from None
         problems = protocol_problems(endpoint, protocol)
         if problems:
@@ -165,27 +166,6 @@ def _split_target(target: str, kind: str) -> tuple[str, str]:
     if not sep or not module_name or not attr_path:
         raise EndpointError(f"token {kind} {target!r} must have the form 'module.path:ClassName'")
     return module_name, attr_path
-
-
-def _redact(text: str, kwargs: Mapping[str, Any]) -> str:
-    """Replace every kwarg value that appears in ``text`` by ``***``.
-
-    Constructors often echo what they were given; the value may be a credential.
-    """
-    for value in _leaf_values(kwargs):
-        if len(value) >= 3:
-            text = text.replace(value, "***")
-    return text
-
-
-def _leaf_values(data: Any) -> list[str]:
-    if isinstance(data, Mapping):
-        return [leaf for value in data.values() for leaf in _leaf_values(value)]
-    if isinstance(data, (list, tuple)):
-        return [leaf for value in data for leaf in _leaf_values(value)]
-    if data is None or isinstance(data, bool):
-        return []
-    return [str(data), repr(data)]
 
 
 def token_id_capture_config(global_config_dict: Any) -> TokenIdCaptureConfig:

@@ -1,0 +1,51 @@
+"""CLOSE: close is idempotent and loses nothing."""
+
+from __future__ import annotations
+
+from conformance.checks._steps import describe, freeze, mark, payloads, put, raises
+from conformance.context import Kit
+from conformance.registry import check
+from conformance.violation import fail
+
+
+@check("CLOSE-1", "idempotent")
+def idempotent(kit: Kit) -> None:
+    """Closing a sink and a source twice raises nothing."""
+    for endpoint in (kit.sink(), kit.source()):
+        for attempt in ("first", "second"):
+            error = raises(endpoint.close)
+            if error is not None:
+                fail(
+                    "CLOSE-1",
+                    expected=f"the {attempt} {endpoint.role}.close() to succeed",
+                    observed=kit.redact(f"{type(error).__name__}: {error}"),
+                    hint="make close() a no-op once closed",
+                )
+
+
+@check("CLOSE-2", "loses-nothing")
+def loses_nothing(kit: Kit) -> None:
+    """Everything acked before close is visible to a fresh source after it."""
+    sink = kit.sink()
+    rollout = kit.rollout_id()
+    entries = [kit.entries.entry(rollout) for _ in range(5)]
+    for entry in entries:
+        put(kit, "CLOSE-2", sink, entry)
+    mark(kit, "CLOSE-2", sink, rollout, "closing")
+    error = raises(sink.close)
+    if error is not None:
+        fail(
+            "CLOSE-2",
+            expected="close() to succeed",
+            observed=f"{type(error).__name__}",
+            hint="see CLOSE-1",
+        )
+    snapshot = freeze(kit, "CLOSE-2", kit.source(), rollout)
+    expected = {entry.model_call_id: entry.to_json_bytes() for entry in entries}
+    if payloads(snapshot) != expected or not snapshot.incomplete:
+        fail(
+            "CLOSE-2",
+            expected=f"all {len(entries)} entries and the mark after close",
+            observed=describe(snapshot),
+            hint="every ack must already be durable when close runs",
+        )

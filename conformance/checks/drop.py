@@ -1,0 +1,176 @@
+"""DROP: only the exact current snapshot retires; a refused drop destroys nothing."""
+
+from __future__ import annotations
+
+from conformance.checks._steps import describe, drop, expect_equal_snapshots, freeze, mark, put
+from conformance.context import Endpoint, Kit
+from conformance.registry import check
+from conformance.violation import fail
+from tokcap_spec.protocols import TokenCaptureSnapshot
+
+
+def _frozen(kit: Kit, clause: str, entries: int = 2) -> tuple[Endpoint, str, TokenCaptureSnapshot]:
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id()
+    for _ in range(entries):
+        put(kit, clause, sink, kit.entries.entry(rollout))
+    return source, rollout, freeze(kit, clause, source, rollout)
+
+
+def _expect_refused(
+    kit: Kit, clause: str, source: Endpoint, rollout: str, snapshot_id: str, version: int, why: str
+) -> None:
+    if drop(kit, clause, source, rollout, snapshot_id, version):
+        fail(
+            clause,
+            expected=f"drop to return False for {why}",
+            observed="True",
+            hint="retire only when both snapshot_id and version equal the current frozen state",
+        )
+
+
+@check("DROP-1", "exact-snapshot")
+def exact_snapshot(kit: Kit) -> None:
+    """Drop with the exact snapshot_id and version of the frozen state returns True."""
+    _, rollout, snapshot = _frozen(kit, "DROP-1")
+    if not drop(kit, "DROP-1", kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
+        fail(
+            "DROP-1",
+            expected="True for the exact current snapshot",
+            observed=f"False for {describe(snapshot)}",
+            hint="compare the stored frozen snapshot_id and version, from any instance",
+        )
+
+
+@check("DROP-2", "wrong-snapshot-id")
+def wrong_snapshot_id(kit: Kit) -> None:
+    """Drop with another snapshot_id and the right version returns False."""
+    source, rollout, snapshot = _frozen(kit, "DROP-2")
+    for other in (snapshot.snapshot_id + "x", "", snapshot.snapshot_id.upper() + "-other"):
+        if other != snapshot.snapshot_id:
+            _expect_refused(
+                kit,
+                "DROP-2",
+                source,
+                rollout,
+                other,
+                snapshot.version,
+                f"snapshot_id {other!r} (current {snapshot.snapshot_id!r})",
+            )
+
+
+@check("DROP-2", "stale-version")
+def stale_version(kit: Kit) -> None:
+    """Drop with the right snapshot_id and a version off by any amount returns False."""
+    source, rollout, snapshot = _frozen(kit, "DROP-2")
+    for delta in (1, -1, 2, 1000, -(snapshot.version + 5)):
+        _expect_refused(
+            kit,
+            "DROP-2",
+            source,
+            rollout,
+            snapshot.snapshot_id,
+            snapshot.version + delta,
+            f"version {snapshot.version + delta} (current {snapshot.version})",
+        )
+
+
+@check("DROP-2", "unfrozen-rollout")
+def unfrozen_rollout(kit: Kit) -> None:
+    """Drop of a rollout that was written but never frozen returns False."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id()
+    put(kit, "DROP-2", sink, kit.entries.entry(rollout))
+    for version in (0, 1, 2):
+        _expect_refused(
+            kit,
+            "DROP-2",
+            source,
+            rollout,
+            "never-frozen",
+            version,
+            "a rollout that was never frozen",
+        )
+
+
+@check("DROP-2", "unknown-rollout")
+def unknown_rollout(kit: Kit) -> None:
+    """Drop of a rollout that never existed returns False."""
+    _expect_refused(
+        kit, "DROP-2", kit.source(), kit.rollout_id("unknown"), "any", 0, "an unknown rollout"
+    )
+
+
+@check("DROP-3", "refusal-destroys-nothing")
+def refusal_destroys_nothing(kit: Kit) -> None:
+    """After refused drops, the next freeze returns the same evidence and can still drop."""
+    source, rollout, snapshot = _frozen(kit, "DROP-3", entries=3)
+    drop(kit, "DROP-3", source, rollout, snapshot.snapshot_id, snapshot.version + 1)
+    drop(kit, "DROP-3", source, rollout, snapshot.snapshot_id + "x", snapshot.version)
+    again = freeze(kit, "DROP-3", kit.source(), rollout)
+    expect_equal_snapshots(
+        "DROP-3",
+        snapshot,
+        again,
+        hint="a refused drop must not delete, unfreeze or re-version anything",
+    )
+    if not drop(kit, "DROP-3", source, rollout, snapshot.snapshot_id, snapshot.version):
+        fail(
+            "DROP-3",
+            expected="the exact snapshot to still drop after refused attempts",
+            observed="False",
+            hint="a refused drop must leave the rollout as it was",
+        )
+
+
+@check("DROP-4", "mark-after-freeze")
+def mark_after_freeze(kit: Kit) -> None:
+    """A mark_incomplete after freeze makes the old snapshot's drop return False."""
+    source, rollout, snapshot = _frozen(kit, "DROP-4")
+    mark(kit, "DROP-4", kit.sink(), rollout, "late-failure")
+    _expect_refused(
+        kit,
+        "DROP-4",
+        source,
+        rollout,
+        snapshot.snapshot_id,
+        snapshot.version,
+        "a snapshot taken before a mark_incomplete",
+    )
+    current = freeze(kit, "DROP-4", source, rollout)
+    if not current.incomplete:
+        fail(
+            "DROP-4",
+            expected="the new snapshot to be incomplete",
+            observed=describe(current),
+            hint="see MASK-3",
+        )
+
+
+@check("DROP-5", "delete-semantics")
+def delete_semantics(kit: Kit) -> None:
+    """After a successful drop the records are gone, unless the target declares no-delete."""
+    source, rollout, snapshot = _frozen(kit, "DROP-5")
+    if not drop(kit, "DROP-5", source, rollout, snapshot.snapshot_id, snapshot.version):
+        fail("DROP-5", expected="True for the exact snapshot", observed="False", hint="see DROP-1")
+    try:
+        after = kit.source().freeze(rollout)
+    except Exception:
+        after = None
+    kept = after is not None and bool(after.entries)
+    if kit.claims("no-delete"):
+        if not kept:
+            fail(
+                "DROP-5",
+                expected="the records to still freeze after drop (no-delete declared)",
+                observed="they were gone",
+                hint="a transport that cannot delete keeps the records readable",
+            )
+    elif kept:
+        assert after is not None
+        fail(
+            "DROP-5",
+            expected="the dropped records to be gone",
+            observed=f"freeze after drop returned {describe(after)}",
+            hint="delete on drop, or declare --tokcap-capability=no-delete",
+        )

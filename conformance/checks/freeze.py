@@ -1,0 +1,88 @@
+"""FREEZE: snapshots are named, idempotent, unique per call, and empty for unknown rollouts."""
+
+from __future__ import annotations
+
+from conformance.checks._steps import describe, expect_equal_snapshots, freeze, put
+from conformance.context import Kit
+from conformance.registry import check
+from conformance.violation import fail
+
+
+@check("FREEZE-1", "snapshot-identity")
+def snapshot_identity(kit: Kit) -> None:
+    """A snapshot carries a non-empty string snapshot_id and an integer version."""
+    sink = kit.sink()
+    rollout = kit.rollout_id()
+    put(kit, "FREEZE-1", sink, kit.entries.entry(rollout))
+    snapshot = freeze(kit, "FREEZE-1", kit.source(), rollout)
+    if not isinstance(snapshot.snapshot_id, str) or not snapshot.snapshot_id:
+        fail(
+            "FREEZE-1",
+            expected="a non-empty str snapshot_id",
+            observed=repr(snapshot.snapshot_id),
+            hint="mint an id when the rollout is frozen and keep it until its state changes",
+        )
+    if not isinstance(snapshot.version, int) or isinstance(snapshot.version, bool):
+        fail(
+            "FREEZE-1",
+            expected="an int version",
+            observed=repr(snapshot.version),
+            hint="count state changes of the rollout",
+        )
+    if snapshot.rollout_id != rollout:
+        fail(
+            "FREEZE-1",
+            expected=f"rollout_id {rollout!r}",
+            observed=repr(snapshot.rollout_id),
+            hint="the snapshot names the rollout it was frozen from",
+        )
+
+
+@check("FREEZE-2", "idempotent")
+def idempotent(kit: Kit) -> None:
+    """Freezing again, from the same or a fresh instance, returns the same snapshot."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id()
+    for _ in range(3):
+        put(kit, "FREEZE-2", sink, kit.entries.entry(rollout))
+    first = freeze(kit, "FREEZE-2", source, rollout)
+    hint = "a freeze with no write in between must not mint a new snapshot_id or version"
+    expect_equal_snapshots("FREEZE-2", first, freeze(kit, "FREEZE-2", source, rollout), hint=hint)
+    expect_equal_snapshots(
+        "FREEZE-2",
+        first,
+        freeze(kit, "FREEZE-2", kit.source(), rollout),
+        hint=hint + "; keep the frozen state where every instance reads it",
+    )
+
+
+@check("FREEZE-3", "unique-per-call")
+def unique_per_call(kit: Kit) -> None:
+    """Each model_call_id appears once in a snapshot, however often it was put."""
+    sink = kit.sink()
+    rollout = kit.rollout_id()
+    entries = [kit.entries.entry(rollout, prompt_len=4, generation_len=2) for _ in range(4)]
+    for entry in [*entries, *reversed(entries), entries[0]]:
+        put(kit, "FREEZE-3", sink, entry)
+    snapshot = freeze(kit, "FREEZE-3", kit.source(), rollout)
+    calls = [entry.model_call_id for entry in snapshot.entries]
+    if sorted(calls) != sorted(entry.model_call_id for entry in entries):
+        fail(
+            "FREEZE-3",
+            expected=f"{len(entries)} entries, one per call id",
+            observed=describe(snapshot),
+            hint="key entries by model_call_id, not by arrival",
+        )
+
+
+@check("FREEZE-4", "never-written")
+def never_written(kit: Kit) -> None:
+    """Freezing a rollout that never saw a write returns an empty, clean snapshot."""
+    snapshot = freeze(kit, "FREEZE-4", kit.source(), kit.rollout_id("empty"))
+    if snapshot.entries or snapshot.incomplete:
+        fail(
+            "FREEZE-4",
+            expected="no entries and incomplete=False",
+            observed=describe(snapshot),
+            hint="an unknown rollout is empty and clean, not an error",
+        )

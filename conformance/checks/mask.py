@@ -1,0 +1,163 @@
+"""MASK: marking a rollout incomplete is durable, sticky, versioned and keeps the evidence."""
+
+from __future__ import annotations
+
+from conformance.checks._steps import describe, drop, freeze, mark, payloads, put, raises
+from conformance.context import Kit
+from conformance.entries import ODD_CALL_IDS
+from conformance.registry import check
+from conformance.violation import NotClaimed, fail
+from conformance.workers import Operation, WorkerPlan, run_workers
+
+
+def _expect_incomplete(kit: Kit, clause: str, rollout: str, why: str, hint: str) -> None:
+    snapshot = freeze(kit, clause, kit.source(), rollout)
+    if not snapshot.incomplete:
+        fail(clause, expected=f"incomplete=True {why}", observed=describe(snapshot), hint=hint)
+
+
+@check("MASK-1", "fresh-instance")
+def fresh_instance(kit: Kit) -> None:
+    """A mark is seen by a fresh source instance in this process."""
+    rollout = kit.rollout_id()
+    put(kit, "MASK-1", kit.sink(), kit.entries.entry(rollout))
+    mark(kit, "MASK-1", kit.sink(), rollout, "failed-call")
+    _expect_incomplete(
+        kit,
+        "MASK-1",
+        rollout,
+        "after mark_incomplete",
+        "mark_incomplete must be durable before it returns",
+    )
+
+
+@check("MASK-1", "other-process")
+def other_process(kit: Kit) -> None:
+    """A mark made by a sink in a spawned worker is seen by a source here."""
+    if kit.claims("process-local"):
+        raise NotClaimed("the target declares process-local")
+    rollout = kit.rollout_id()
+    plan = WorkerPlan(
+        kit.settings.sink,
+        dict(kit.settings.sink_kwargs),
+        (Operation("mark", rollout_id=rollout, model_call_id="worker-call"),),
+    )
+    outcome = run_workers([plan], together=False)[0]
+    if outcome.stage != "ok":
+        fail(
+            "MASK-1",
+            expected="a spawned worker's mark_incomplete to be acked",
+            observed=kit.redact(f"{outcome.stage}: {outcome.error}"),
+            hint="build the sink from the target and kwargs alone",
+        )
+    _expect_incomplete(
+        kit,
+        "MASK-1",
+        rollout,
+        "after a mark in another process",
+        "keep marks where every process reads them",
+    )
+
+
+@check("MASK-2", "sticky")
+def sticky(kit: Kit) -> None:
+    """No later put, freeze or re-mark clears incomplete."""
+    sink = kit.sink()
+    rollout = kit.rollout_id()
+    entry = kit.entries.entry(rollout)
+    put(kit, "MASK-2", sink, entry)
+    mark(kit, "MASK-2", sink, rollout)
+    put(kit, "MASK-2", sink, kit.entries.entry(rollout))
+    put(kit, "MASK-2", sink, entry)
+    _expect_incomplete(
+        kit, "MASK-2", rollout, "after later puts", "never clear the incomplete flag on a put"
+    )
+    mark(kit, "MASK-2", sink, rollout)
+    raises(sink.put, entry)
+    _expect_incomplete(
+        kit,
+        "MASK-2",
+        rollout,
+        "after freeze and re-mark",
+        "never clear the incomplete flag on freeze or re-mark",
+    )
+
+
+@check("MASK-3", "after-freeze")
+def after_freeze(kit: Kit) -> None:
+    """A mark after freeze is accepted and changes the version."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id()
+    put(kit, "MASK-3", sink, kit.entries.entry(rollout))
+    before = freeze(kit, "MASK-3", source, rollout)
+    mark(kit, "MASK-3", sink, rollout, "late")
+    after = freeze(kit, "MASK-3", kit.source(), rollout)
+    if not after.incomplete or after.version == before.version:
+        fail(
+            "MASK-3",
+            expected="incomplete=True under a new version",
+            observed=f"before: {describe(before)}; after: {describe(after)}",
+            hint="a mark is a state change: record it after freeze and bump the version",
+        )
+
+
+@check("MASK-4", "conflict-masks")
+def conflict_masks(kit: Kit) -> None:
+    """A conflicting re-put that does not raise leaves the rollout incomplete."""
+    sink = kit.sink()
+    rollout = kit.rollout_id()
+    entry = kit.entries.entry(rollout)
+    put(kit, "MASK-4", sink, entry)
+    if raises(kit.sink().put, kit.entries.variant(entry)) is None:
+        _expect_incomplete(
+            kit,
+            "MASK-4",
+            rollout,
+            "after an unrefused conflicting re-put",
+            "mark the rollout incomplete when a call id comes back changed",
+        )
+
+
+@check("MASK-5", "keeps-evidence")
+def keeps_evidence(kit: Kit) -> None:
+    """A masked rollout freezes with the same entries every time."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id()
+    entries = [kit.entries.entry(rollout) for _ in range(3)]
+    for entry in entries:
+        put(kit, "MASK-5", sink, entry)
+    mark(kit, "MASK-5", sink, rollout, "failed")
+    expected = {entry.model_call_id: entry.to_json_bytes() for entry in entries}
+    for endpoint in (source, source, kit.source()):
+        snapshot = freeze(kit, "MASK-5", endpoint, rollout)
+        if payloads(snapshot) != expected or not snapshot.incomplete:
+            fail(
+                "MASK-5",
+                expected=f"all {len(entries)} entries, incomplete=True",
+                observed=describe(snapshot),
+                hint="masking keeps the evidence; only a consumer's drop removes it",
+            )
+    current = freeze(kit, "MASK-5", source, rollout)
+    if not drop(kit, "MASK-5", source, rollout, current.snapshot_id, current.version):
+        fail(
+            "MASK-5",
+            expected="the masked snapshot to drop with its exact id and version",
+            observed="False",
+            hint="a masked rollout is retired like any other",
+        )
+
+
+@check("MASK-6", "any-call-id")
+def any_call_id(kit: Kit) -> None:
+    """mark_incomplete accepts any model_call_id, the empty string included."""
+    sink = kit.sink()
+    for call in ("", *ODD_CALL_IDS):
+        rollout = kit.rollout_id()
+        mark(kit, "MASK-6", sink, rollout, call)
+        _expect_incomplete(
+            kit,
+            "MASK-6",
+            rollout,
+            f"after mark_incomplete with {call[:30]!r}",
+            "accept any call id string, empty included",
+        )

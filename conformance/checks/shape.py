@@ -1,0 +1,112 @@
+"""SHAPE: the methods exist, are coroutines, take keywords, and snapshots are immutable."""
+
+from __future__ import annotations
+
+import inspect
+
+from conformance.checks._steps import describe, freeze, mark, put, raises, state
+from conformance.context import Kit
+from conformance.registry import check
+from conformance.violation import fail
+from tokcap_spec.protocols import TokenSink, TokenSource, protocol_problems
+
+
+@check("SHAPE-1", "sink-protocol")
+def sink_protocol(kit: Kit) -> None:
+    """The sink has put, mark_incomplete and close as coroutine functions."""
+    sink = kit.sink()
+    problems = protocol_problems(sink.raw, TokenSink)
+    if problems or not isinstance(sink.raw, TokenSink):
+        fail(
+            "SHAPE-1",
+            expected="a TokenSink: async put, mark_incomplete, close",
+            observed="; ".join(problems) or "isinstance(sink, TokenSink) is False",
+            hint="declare the three methods with 'async def' on the sink class",
+        )
+
+
+@check("SHAPE-1", "source-protocol")
+def source_protocol(kit: Kit) -> None:
+    """The source has freeze, drop and close as coroutine functions."""
+    source = kit.source()
+    problems = protocol_problems(source.raw, TokenSource)
+    if problems or not isinstance(source.raw, TokenSource):
+        fail(
+            "SHAPE-1",
+            expected="a TokenSource: async freeze, drop, close",
+            observed="; ".join(problems) or "isinstance(source, TokenSource) is False",
+            hint="declare the three methods with 'async def' on the source class",
+        )
+
+
+@check("SHAPE-2", "drop-keywords")
+def drop_keywords(kit: Kit) -> None:
+    """Drop accepts snapshot_id and version as keyword arguments."""
+    source = kit.source()
+    signature = inspect.signature(source.raw.drop)
+    accepted = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+    for name in ("snapshot_id", "version"):
+        parameter = signature.parameters.get(name)
+        if not takes_any and (parameter is None or parameter.kind not in accepted):
+            fail(
+                "SHAPE-2",
+                expected=f"drop() to take {name!r} as a keyword argument",
+                observed=f"drop{signature}",
+                hint="define drop(self, rollout_id, *, snapshot_id, version)",
+            )
+    error = raises(source.drop, kit.rollout_id("unknown"), snapshot_id="none", version=0)
+    if isinstance(error, TypeError):
+        fail(
+            "SHAPE-2",
+            expected="drop(rollout_id, snapshot_id=..., version=...) to be callable",
+            observed=f"TypeError: {kit.redact(str(error))}",
+            hint="define drop(self, rollout_id, *, snapshot_id, version)",
+        )
+
+
+@check("SHAPE-3", "caller-mutation")
+def caller_mutation(kit: Kit) -> None:
+    """Mutating a returned snapshot's entries never changes what a later freeze returns."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id()
+    put(kit, "SHAPE-3", sink, kit.entries.entry(rollout))
+    first = freeze(kit, "SHAPE-3", source, rollout)
+    expected = state(first)
+    for entry in first.entries:
+        for name in ("prompt_token_ids", "generation_token_ids", "generation_log_probs"):
+            values = getattr(entry, name)
+            if isinstance(values, list):
+                values.append(1)
+        if isinstance(entry.output_items, list):
+            entry.output_items.append({"tampered": True})
+    if isinstance(first.entries, list):
+        first.entries.clear()
+    for label, endpoint in (("the same source", source), ("a fresh source", kit.source())):
+        again = freeze(kit, "SHAPE-3", endpoint, rollout)
+        if state(again) != expected:
+            fail(
+                "SHAPE-3",
+                expected=f"freeze from {label} to ignore the caller's edits",
+                observed=f"after editing the returned snapshot, freeze returned {describe(again)}",
+                hint="hand out copies: never share stored lists or entries with a snapshot",
+            )
+
+
+@check("SHAPE-3", "later-writes")
+def later_writes(kit: Kit) -> None:
+    """A snapshot already returned does not change when the rollout is written afterwards."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id()
+    put(kit, "SHAPE-3", sink, kit.entries.entry(rollout))
+    first = freeze(kit, "SHAPE-3", source, rollout)
+    expected = state(first)
+    mark(kit, "SHAPE-3", sink, rollout, "later")
+    raises(sink.put, kit.entries.entry(rollout))
+    if state(first) != expected:
+        fail(
+            "SHAPE-3",
+            expected="the returned snapshot to stay as it was",
+            observed=f"it now reads {describe(first)}",
+            hint="build each snapshot from copies; make it a frozen TokenCaptureSnapshot",
+        )

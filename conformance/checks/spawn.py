@@ -1,0 +1,100 @@
+"""SPAWN: sinks built in freshly spawned interpreters work, together, and are seen by the parent."""
+
+from __future__ import annotations
+
+from conformance.checks._steps import describe, freeze, payloads
+from conformance.context import Kit
+from conformance.registry import check
+from conformance.violation import NotClaimed, fail
+from conformance.workers import Operation, WorkerOutcome, WorkerPlan, run_workers
+from tokcap_spec.records import TokenEntry
+
+PROCESS_LOCAL = "the target declares process-local: it does not claim to serve spawned workers"
+
+
+def _require_processes(kit: Kit) -> None:
+    if kit.claims("process-local"):
+        raise NotClaimed(PROCESS_LOCAL)
+
+
+def _plan(kit: Kit, entries: list[TokenEntry]) -> WorkerPlan:
+    return WorkerPlan(
+        kit.settings.sink,
+        dict(kit.settings.sink_kwargs),
+        tuple(Operation("put", entry.to_json_bytes()) for entry in entries),
+    )
+
+
+def _expect_all_ok(kit: Kit, clause: str, outcomes: list[WorkerOutcome], together: str) -> None:
+    for number, outcome in enumerate(outcomes):
+        if outcome.stage == "build":
+            fail(
+                clause,
+                expected=f"the sink to build in spawned worker {number}{together}",
+                observed=kit.redact(outcome.error),
+                hint="a spawned worker gets only the target string and kwargs: nothing the "
+                "launcher installed (install_token_sink, globals) reaches it",
+            )
+        if outcome.stage != "ok":
+            fail(
+                clause,
+                expected=f"spawned worker {number} to ack every put{together}",
+                observed=kit.redact(f"{outcome.stage} after {outcome.acked} acks: {outcome.error}"),
+                hint="construction and writes must not depend on the launcher process",
+            )
+
+
+@check("SPAWN-1", "spawned-worker-builds")
+def spawned_worker_builds(kit: Kit) -> None:
+    """A sink built in a spawned interpreter from the target and kwargs alone acks a put."""
+    _require_processes(kit)
+    rollout = kit.rollout_id()
+    outcomes = run_workers([_plan(kit, [kit.entries.entry(rollout)])], together=False)
+    _expect_all_ok(kit, "SPAWN-1", outcomes, "")
+
+
+@check("SPAWN-2", "concurrent-construction")
+def concurrent_construction(kit: Kit) -> None:
+    """Four spawned workers constructing their sinks at the same moment all succeed."""
+    _require_processes(kit)
+    shared = kit.rollout_id("shared")
+    plans = [
+        _plan(
+            kit,
+            [
+                kit.entries.entry(shared, prompt_len=8, generation_len=4),
+                kit.entries.entry(kit.rollout_id(f"own{n}"), prompt_len=8, generation_len=4),
+            ],
+        )
+        for n in range(4)
+    ]
+    _expect_all_ok(kit, "SPAWN-2", run_workers(plans, together=True), " while others construct")
+
+
+@check("SPAWN-3", "acks-visible-to-parent")
+def acks_visible_to_parent(kit: Kit) -> None:
+    """Entries acked by sinks in two spawned workers freeze, exactly, from a source here."""
+    _require_processes(kit)
+    rollout = kit.rollout_id()
+    batches = [[kit.entries.entry(rollout) for _ in range(3)] for _ in range(2)]
+    _expect_all_ok(kit, "SPAWN-3", run_workers([_plan(kit, batch) for batch in batches]), "")
+    snapshot = freeze(kit, "SPAWN-3", kit.source(), rollout)
+    expected = {e.model_call_id: e.to_json_bytes() for batch in batches for e in batch}
+    seen = payloads(snapshot)
+    missing = sorted(set(expected) - set(seen))
+    if missing:
+        fail(
+            "SPAWN-3",
+            expected=f"all {len(expected)} entries acked by spawned workers",
+            observed=f"{len(missing)} missing: {describe(snapshot)}",
+            hint="records kept in process memory are invisible to other processes; store them "
+            "where every process reads (or declare --tokcap-capability=process-local)",
+        )
+    torn = sorted(call for call in expected if seen.get(call) != expected[call])
+    if torn:
+        fail(
+            "SPAWN-3",
+            expected="each entry exactly as the worker put it",
+            observed=f"{len(torn)} entries differ, first call id {torn[0]!r}",
+            hint="serialize entries losslessly: TokenEntry.to_json_bytes()",
+        )

@@ -1,0 +1,182 @@
+"""The context one check runs in: fresh endpoints, unique rollout ids, entries, one event loop.
+
+A check is synchronous code. Endpoints it builds are wrapped so that ``sink.put(entry)``
+runs the implementation's coroutine to completion on the check's own event loop; every
+endpoint the kit builds is closed when the check ends, whatever happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import random
+import re
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from conformance.entries import EntryFactory
+from conformance.settings import KitSettings
+from conformance.violation import ClauseViolation, fail
+from tokcap_spec.config import TokenIdCaptureConfig
+from tokcap_spec.errors import EndpointError
+from tokcap_spec.protocols import TokenSink, TokenSource
+from tokcap_spec.redaction import redact
+
+__all__ = ["Endpoint", "Kit", "build_endpoint", "run_token"]
+
+T = TypeVar("T")
+
+_RUN_TOKEN = secrets.token_hex(4)
+
+
+def run_token() -> str:
+    """A short random token, new for every process, that keeps rollout ids unique per run."""
+    return _RUN_TOKEN
+
+
+def build_endpoint(target: str, kwargs: dict[str, Any], kind: str) -> Any:
+    """Build a sink or source from its target string and kwargs, as a serving process does."""
+    protocol = TokenSink if kind == "sink" else TokenSource
+    return TokenIdCaptureConfig._build_endpoint(target, kwargs, protocol, kind)
+
+
+class Endpoint:
+    """A sink or source the kit built, with its coroutine methods callable synchronously.
+
+    ``endpoint.put(entry)`` awaits the implementation's ``put`` on the check's loop and returns
+    its result. A method that returns something that is not awaitable breaks SHAPE-1.
+    ``endpoint.raw`` is the implementation object itself.
+    """
+
+    def __init__(self, kit: Kit, raw: Any, role: str) -> None:
+        self._kit = kit
+        self.raw = raw
+        self.role = role
+
+    def has(self, name: str) -> bool:
+        """Return whether the implementation has a callable attribute ``name``."""
+        return callable(getattr(self.raw, name, None))
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self.raw, name)
+        if not callable(method):
+            return method  # type: ignore[no-any-return]
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            result = method(*args, **kwargs)
+            if not inspect.isawaitable(result):
+                fail(
+                    "SHAPE-1",
+                    expected=f"{self.role}.{name}() to return an awaitable",
+                    observed=f"it returned {type(result).__name__}",
+                    hint="declare every protocol method with 'async def'",
+                )
+            return self._kit.run(result)
+
+        return call
+
+
+class Kit:
+    """Everything one check needs. Build with :meth:`open`; always :meth:`close`."""
+
+    def __init__(self, settings: KitSettings, check_id: str) -> None:
+        self.settings = settings
+        self.check_id = check_id
+        self.loop = asyncio.new_event_loop()
+        self.random = random.Random(f"{settings.seed}:{check_id}")
+        self.entries = EntryFactory(self.random)
+        self._opened: list[Endpoint] = []
+        self.observations: dict[str, str] = {}
+        self._counter = itertools.count()
+        self._slug = re.sub(r"[^A-Za-z0-9]+", "-", check_id).strip("-").lower()[:80]
+
+    @property
+    def fence(self) -> str:
+        return self.settings.fence
+
+    def claims(self, capability: str) -> bool:
+        """Return whether the user declared ``capability`` for the target."""
+        return self.settings.claims(capability)
+
+    def observe(self, key: str, value: str) -> None:
+        """Record a fact about the target the report should carry (e.g. its fence)."""
+        self.observations[key] = value
+
+    def rollout_id(self, label: str = "r") -> str:
+        """Return a rollout id no other check, run or process uses."""
+        return f"tk-{run_token()}-{self._slug}-{label}-{next(self._counter)}"
+
+    def run(self, awaitable: Awaitable[T]) -> T:
+        """Run ``awaitable`` to completion on this check's loop."""
+        return self.loop.run_until_complete(_as_coroutine(awaitable))
+
+    def gather(self, *awaitables: Awaitable[Any]) -> list[Any]:
+        """Run several awaitables concurrently; exceptions are returned, not raised."""
+
+        async def together() -> list[Any]:
+            return list(await asyncio.gather(*awaitables, return_exceptions=True))
+
+        return self.run(together())
+
+    def sink(self) -> Endpoint:
+        """Build a fresh sink from the target string and kwargs."""
+        return self._open(self.settings.sink, dict(self.settings.sink_kwargs), "sink")
+
+    def source(self) -> Endpoint:
+        """Build a fresh source from the target string and kwargs."""
+        return self._open(self.settings.source, dict(self.settings.source_kwargs), "source")
+
+    def _open(self, target: str, kwargs: dict[str, Any], kind: str) -> Endpoint:
+        endpoint = Endpoint(self, build_endpoint(target, kwargs, kind), kind)
+        self._opened.append(endpoint)
+        return endpoint
+
+    def redact(self, text: str) -> str:
+        """Return ``text`` with every kwarg value of the run replaced by ``***``."""
+        return redact(text, self.settings.secrets)
+
+    def close(self) -> list[str]:
+        """Close every endpoint the check built (each once) and the loop; return close errors."""
+        errors = []
+        seen: set[int] = set()
+        for endpoint in self._opened:
+            if id(endpoint.raw) in seen:
+                continue
+            seen.add(id(endpoint.raw))
+            try:
+                result = endpoint.raw.close()
+                if inspect.isawaitable(result):
+                    self.run(result)
+            except Exception as exc:
+                errors.append(
+                    self.redact(f"{endpoint.role}.close() raised {type(exc).__name__}: {exc}")
+                )
+        self._opened.clear()
+        self.loop.close()
+        return errors
+
+
+async def _as_coroutine(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+def unexpected_error(clause: str, doing: str, exc: BaseException, kit: Kit) -> ClauseViolation:
+    """Turn an error an implementation raised where none was allowed into a clause violation."""
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        where = f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    if isinstance(exc, EndpointError):
+        hint = "the target could not be built from its target string and kwargs (BUILD-2)"
+    else:
+        hint = "the implementation raised where the contract allows no error"
+    return ClauseViolation(
+        clause,
+        expected=f"{doing} to succeed",
+        observed=kit.redact(f"{type(exc).__name__}: {exc}{where}"),
+        hint=hint,
+    )

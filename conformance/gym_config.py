@@ -1,0 +1,68 @@
+"""Reading the sink a Gym config file names, exactly as a serving process would build it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from tokcap_spec.config import TOKEN_ID_CAPTURE_BLOCK, token_id_capture_config
+
+__all__ = ["global_config_from_file", "sink_from_gym_config"]
+
+FILE_STORE_TARGET = "reference.file_store:FileTokenStore"
+
+
+def global_config_from_file(path: Path) -> dict[str, Any]:
+    """Return the global config dict holding the ``token_id_capture`` block.
+
+    The block may sit at the top level of the file or under ``env.nemo_gym``.
+    """
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"{path} must hold a mapping at the top level")
+    if TOKEN_ID_CAPTURE_BLOCK in document:
+        return document
+    nested = (
+        (document.get("env") or {}).get("nemo_gym")
+        if isinstance(document.get("env"), dict)
+        else None
+    )
+    if isinstance(nested, dict) and TOKEN_ID_CAPTURE_BLOCK in nested:
+        return nested
+    raise ValueError(
+        f"{path} has no '{TOKEN_ID_CAPTURE_BLOCK}' block, neither at the top level nor under "
+        "env.nemo_gym"
+    )
+
+
+def sink_from_gym_config(path: Path) -> tuple[str, dict[str, Any]]:
+    """Return the ``(target, kwargs)`` a serving process would build its sink from.
+
+    With no ``sink`` configured the file store is in use: the target is the reference file
+    store rooted at the resolved directory.
+    """
+    global_config = global_config_from_file(path)
+    try:
+        config = token_id_capture_config(global_config)
+    except ValidationError as exc:
+        # pydantic echoes input values; only locations and reasons may leave this function.
+        reasons = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'block'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise ValueError(f"its {TOKEN_ID_CAPTURE_BLOCK} block is invalid: {reasons}") from None
+    settings = config.token_id_capture
+    if not settings.enabled:
+        raise ValueError(f"{TOKEN_ID_CAPTURE_BLOCK}.enabled is false: capture builds no sink")
+    if settings.sink is not None:
+        return settings.sink, dict(settings.sink_kwargs)
+    directory = config.resolved_dir()
+    if directory is None:
+        raise ValueError(f"{TOKEN_ID_CAPTURE_BLOCK} names neither a sink nor a directory")
+    return FILE_STORE_TARGET, {"root": str(directory)}

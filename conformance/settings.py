@@ -1,0 +1,271 @@
+"""What the kit is asked to judge, resolved from the command line, the environment and ini files.
+
+Every option has three spellings: ``--tokcap-sink`` on the command line, ``TOKCAP_SINK`` in
+the environment and ``tokcap_sink`` in an ini file. The first one given wins, in that order.
+A bad value is refused with an error naming where it came from. Kwarg *values* never appear
+in an error: they may hold credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = [
+    "CAPABILITIES",
+    "DEFAULT_SEED",
+    "FENCES",
+    "OPTIONS",
+    "PROFILES",
+    "KitSettings",
+    "Option",
+    "SettingsError",
+    "resolve_settings",
+]
+
+CAPABILITIES = ("no-delete", "process-local")
+FENCES = ("any", "strict")
+PROFILES = ("quick", "ci", "thorough")
+DEFAULT_SEED = 1729
+FILE_STORE_TARGET = "reference.file_store:FileTokenStore"
+
+
+class SettingsError(ValueError):
+    """A ``--tokcap-*`` value is unusable; the message names the option and where it came from."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One kit option in its three spellings."""
+
+    name: str
+    help: str
+    multiple: bool = False
+
+    @property
+    def flag(self) -> str:
+        return f"--tokcap-{self.name}"
+
+    @property
+    def env(self) -> str:
+        return "TOKCAP_" + self.name.upper().replace("-", "_")
+
+    @property
+    def ini(self) -> str:
+        return "tokcap_" + self.name.replace("-", "_")
+
+
+OPTIONS = (
+    Option("sink", "the TokenSink to judge, as module.path:ClassName"),
+    Option(
+        "source", "the TokenSource to judge (default: the sink target, for one class that is both)"
+    ),
+    Option(
+        "sink-kwargs", "JSON object of keyword arguments for the sink; '{tmp_path}' is replaced"
+    ),
+    Option(
+        "source-kwargs", "JSON object of keyword arguments for the source (default: sink kwargs)"
+    ),
+    Option("config", "a Gym config file whose token_id_capture block names the sink"),
+    Option("fence", "the fence to require: any (strict or relaxed) or strict"),
+    Option("capability", "declare a capability: no-delete, process-local", multiple=True),
+    Option("seed", "seed of the generated entries (an integer)"),
+    Option("profile", "budget of the concurrency checks: quick, ci or thorough"),
+    Option("report", "write the JSON conformance report to this path"),
+    Option("report-md", "write the conformance report as a markdown table to this path"),
+)
+
+
+@dataclass(frozen=True)
+class KitSettings:
+    """The resolved target and the rules it is judged by. Immutable for the whole run."""
+
+    sink: str
+    sink_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    source: str = ""
+    source_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    fence: Literal["any", "strict"] = "any"
+    capabilities: frozenset[str] = frozenset()
+    seed: int = DEFAULT_SEED
+    profile: str = "ci"
+    report: Path | None = None
+    report_md: Path | None = None
+    config: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            object.__setattr__(self, "source", self.sink)
+            object.__setattr__(self, "source_kwargs", self.sink_kwargs)
+
+    @property
+    def secrets(self) -> dict[str, Any]:
+        """Every kwarg the run was given, for redaction."""
+        return {"sink": dict(self.sink_kwargs), "source": dict(self.source_kwargs)}
+
+    def claims(self, capability: str) -> bool:
+        """Return whether the user declared ``capability``."""
+        return capability in self.capabilities
+
+
+Lookup = Callable[[Option], "tuple[str | list[str] | None, str]"]
+
+
+def resolve_settings(cli: Lookup, env: Mapping[str, str], ini: Lookup) -> KitSettings | None:
+    """Resolve every option (CLI, then environment, then ini); None when no target is given.
+
+    ``cli`` and ``ini`` return ``(value, where)``; a value of None or ``[]`` means not given.
+    """
+    raw: dict[str, tuple[Any, str]] = {}
+    for option in OPTIONS:
+        for lookup in (cli, lambda o: _from_env(o, env), ini):
+            value, where = lookup(option)
+            if value not in (None, "", []):
+                raw[option.name] = (value, where)
+                break
+    if "sink" not in raw and "config" not in raw:
+        if "source" in raw:
+            _, where = raw["source"]
+            raise SettingsError(
+                f"--tokcap-source (from {where}) needs --tokcap-sink or --tokcap-config"
+            )
+        return None
+    return _build(raw)
+
+
+def _from_env(option: Option, env: Mapping[str, str]) -> tuple[str | list[str] | None, str]:
+    value = env.get(option.env)
+    if value is None:
+        return None, ""
+    if option.multiple:
+        return [
+            part for part in value.replace(",", " ").split() if part
+        ], f"environment {option.env}"
+    return value, f"environment variable {option.env}"
+
+
+def _build(raw: dict[str, tuple[Any, str]]) -> KitSettings:
+    tmp_root = Path(tempfile.mkdtemp(prefix="tokcap-"))
+    sink, sink_kwargs, config_path = _sink_target(raw, tmp_root)
+    source = _target(raw, "source") if "source" in raw else ""
+    source_kwargs = (
+        _kwargs(raw, "source-kwargs", tmp_root) if "source-kwargs" in raw else dict(sink_kwargs)
+    )
+    return KitSettings(
+        sink=sink,
+        sink_kwargs=sink_kwargs,
+        source=source or sink,
+        source_kwargs=source_kwargs,
+        fence=_choice(raw, "fence", FENCES, "any"),  # type: ignore[arg-type]
+        capabilities=_capabilities(raw),
+        seed=_seed(raw),
+        profile=_choice(raw, "profile", PROFILES, "ci"),
+        report=_path(raw, "report"),
+        report_md=_path(raw, "report-md"),
+        config=config_path,
+    )
+
+
+def _sink_target(
+    raw: dict[str, tuple[Any, str]], tmp_root: Path
+) -> tuple[str, dict[str, Any], Path | None]:
+    if "sink" in raw:
+        return _target(raw, "sink"), _kwargs(raw, "sink-kwargs", tmp_root), None
+    value, where = raw["config"]
+    from conformance.gym_config import sink_from_gym_config
+
+    path = Path(value)
+    try:
+        target, kwargs = sink_from_gym_config(path)
+    except (OSError, ValueError) as exc:
+        raise SettingsError(f"--tokcap-config={value!r} (from {where}): {exc}") from None
+    return target, _substitute(kwargs, tmp_root), path
+
+
+def _target(raw: dict[str, tuple[Any, str]], name: str) -> str:
+    value, where = raw[name]
+    module, sep, attr = str(value).partition(":")
+    if not sep or not module or not attr:
+        raise SettingsError(
+            f"--tokcap-{name}={value!r} (from {where}) must have the form 'module.path:ClassName'"
+        )
+    return str(value)
+
+
+def _kwargs(raw: dict[str, tuple[Any, str]], name: str, tmp_root: Path) -> dict[str, Any]:
+    if name not in raw:
+        return {}
+    value, where = raw[name]
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        # The decoder's message names a position, never the text, so no value leaks here.
+        raise SettingsError(
+            f"--tokcap-{name} (from {where}) is not valid JSON: {exc.msg} at line {exc.lineno} "
+            f'column {exc.colno}; pass a JSON object such as \'{{"root": "{{tmp_path}}"}}\''
+        ) from None
+    if not isinstance(parsed, dict):
+        raise SettingsError(
+            f"--tokcap-{name} (from {where}) must be a JSON object, got a JSON "
+            f"{type(parsed).__name__}"
+        )
+    substituted: dict[str, Any] = _substitute(parsed, tmp_root)
+    return substituted
+
+
+def _substitute(data: Any, tmp_root: Path) -> Any:
+    """Replace ``{tmp_path}`` in every string by a fresh directory made for this run."""
+    if isinstance(data, str):
+        return data.replace("{tmp_path}", str(tmp_root))
+    if isinstance(data, dict):
+        return {key: _substitute(value, tmp_root) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_substitute(value, tmp_root) for value in data]
+    return data
+
+
+def _choice(
+    raw: dict[str, tuple[Any, str]], name: str, allowed: tuple[str, ...], default: str
+) -> str:
+    if name not in raw:
+        return default
+    value, where = raw[name]
+    if value not in allowed:
+        raise SettingsError(
+            f"--tokcap-{name}={value!r} (from {where}) is not one of: {', '.join(allowed)}"
+        )
+    return str(value)
+
+
+def _capabilities(raw: dict[str, tuple[Any, str]]) -> frozenset[str]:
+    if "capability" not in raw:
+        return frozenset()
+    values, where = raw["capability"]
+    names = [part for value in values for part in str(value).replace(",", " ").split()]
+    unknown = sorted(set(names) - set(CAPABILITIES))
+    if unknown:
+        raise SettingsError(
+            f"--tokcap-capability (from {where}) names unknown capabilities {', '.join(unknown)}; "
+            f"known: {', '.join(CAPABILITIES)}"
+        )
+    return frozenset(names)
+
+
+def _seed(raw: dict[str, tuple[Any, str]]) -> int:
+    if "seed" not in raw:
+        return DEFAULT_SEED
+    value, where = raw["seed"]
+    try:
+        return int(value)
+    except ValueError:
+        raise SettingsError(f"--tokcap-seed={value!r} (from {where}) must be an integer") from None
+
+
+def _path(raw: dict[str, tuple[Any, str]], name: str) -> Path | None:
+    if name not in raw:
+        return None
+    return Path(os.path.expanduser(str(raw[name][0])))

@@ -1,0 +1,1 @@
+"""The test module the plugin collects: one pytest test function per clause family."""

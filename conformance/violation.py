@@ -1,0 +1,49 @@
+"""The failure a check raises: which clause broke, what was expected, what was seen, what to do."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+__all__ = ["ClauseViolation", "ExtensionMissing", "NotClaimed", "clause_anchor", "fail"]
+
+CLAUSES_DOC = "docs/clauses.md"
+
+
+def clause_anchor(clause: str) -> str:
+    """Return where the clause is explained, as ``docs/clauses.md#put-1``."""
+    return f"{CLAUSES_DOC}#{clause.lower()}"
+
+
+class ClauseViolation(AssertionError):
+    """An implementation broke one contract clause.
+
+    The message reads, in one block: the clause id, the expectation, the observation, a hint at
+    the usual cause, and where the clause is explained.
+    """
+
+    def __init__(self, clause: str, expected: str, observed: str, hint: str) -> None:
+        self.clause = clause
+        self.expected = expected
+        self.observed = observed
+        self.hint = hint
+        super().__init__(
+            f"[{clause}] contract violated\n"
+            f"  expected: {expected}\n"
+            f"  observed: {observed}\n"
+            f"  hint:     {hint}\n"
+            f"  see:      {clause_anchor(clause)}"
+        )
+
+
+def fail(clause: str, *, expected: str, observed: str, hint: str) -> NoReturn:
+    """Raise :class:`ClauseViolation`; tracebacks end here, not deep in the kit."""
+    __tracebackhide__ = True
+    raise ClauseViolation(clause, expected, observed, hint)
+
+
+class NotClaimed(Exception):
+    """The target declared a capability under which this check does not apply."""
+
+
+class ExtensionMissing(Exception):
+    """The target does not implement the optional method this check needs."""
