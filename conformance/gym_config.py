@@ -23,7 +23,11 @@ def global_config_from_file(path: Path) -> dict[str, Any]:
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise ValueError(f"{path} is not valid YAML: {exc}") from None
+        # The parser's own text quotes the offending line, which may hold a credential.
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ValueError(f"{path} is not valid YAML: {problem}{where}") from None
     if not isinstance(document, dict):
         raise ValueError(f"{path} must hold a mapping at the top level")
     if TOKEN_ID_CAPTURE_BLOCK in document:

@@ -36,9 +36,12 @@ class ClauseViolation(AssertionError):
 
 
 def fail(clause: str, *, expected: str, observed: str, hint: str) -> NoReturn:
-    """Raise :class:`ClauseViolation`; tracebacks end here, not deep in the kit."""
+    """Raise :class:`ClauseViolation`; tracebacks end here, not deep in the kit.
+
+    Any exception being handled is not chained: its text may carry a kwarg value.
+    """
     __tracebackhide__ = True
-    raise ClauseViolation(clause, expected, observed, hint)
+    raise ClauseViolation(clause, expected, observed, hint) from None
 
 
 class NotClaimed(Exception):

@@ -1,0 +1,154 @@
+"""Resolving the kit's options from the command line, the environment and ini files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.settings import DEFAULT_SEED, Option, SettingsError, resolve_settings
+
+
+def lookup(values: dict[str, Any], where: str) -> Any:
+    def find(option: Option) -> tuple[Any, str]:
+        return values.get(option.name), where
+
+    return find
+
+
+def resolve(
+    cli: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    ini: dict[str, Any] | None = None,
+) -> Any:
+    return resolve_settings(lookup(cli or {}, "cli"), env or {}, lookup(ini or {}, "ini"))
+
+
+class TestResolveSettings:
+    def test_no_target_leaves_the_kit_inactive(self) -> None:
+        """Without a sink or a config file the kit resolves to nothing."""
+        assert resolve(cli={"seed": "3"}) is None
+
+    def test_command_line_beats_environment_beats_ini(self) -> None:
+        """A value on the command line wins over the environment, which wins over ini."""
+        env = {"TOKCAP_SEED": "2"}
+        ini = {"sink": "m:C", "seed": "1"}
+        assert resolve(cli={"seed": "3"}, env=env, ini=ini).seed == 3
+        assert resolve(env=env, ini=ini).seed == 2
+        assert resolve(ini=ini).seed == 1
+
+    def test_source_defaults_to_the_sink(self) -> None:
+        """Without a source target the sink target and kwargs serve as the source."""
+        settings = resolve(cli={"sink": "m:C", "sink-kwargs": '{"a": 1}'})
+        assert (settings.source, dict(settings.source_kwargs)) == ("m:C", {"a": 1})
+
+    def test_defaults(self) -> None:
+        """An unset fence is any, the seed is fixed and no capability is claimed."""
+        settings = resolve(cli={"sink": "m:C"})
+        assert (settings.fence, settings.seed, settings.capabilities) == (
+            "any",
+            DEFAULT_SEED,
+            frozenset(),
+        )
+
+    def test_tmp_path_is_substituted_in_kwargs(self) -> None:
+        """'{tmp_path}' in any kwarg string becomes an existing fresh directory."""
+        settings = resolve(
+            cli={"sink": "m:C", "sink-kwargs": '{"root": "{tmp_path}/x", "l": ["{tmp_path}"]}'}
+        )
+        root = Path(settings.sink_kwargs["l"][0])
+        assert root.is_dir()
+        assert settings.sink_kwargs["root"] == f"{root}/x"
+
+    def test_capabilities_accept_commas_and_repeats(self) -> None:
+        """Capabilities may be repeated or comma-separated."""
+        settings = resolve(cli={"sink": "m:C", "capability": ["no-delete,process-local"]})
+        assert settings.capabilities == {"no-delete", "process-local"}
+
+    def test_environment_capabilities_split_on_commas(self) -> None:
+        """TOKCAP_CAPABILITY holds a comma-separated list."""
+        settings = resolve(
+            env={"TOKCAP_SINK": "m:C", "TOKCAP_CAPABILITY": "no-delete, process-local"}
+        )
+        assert settings.capabilities == {"no-delete", "process-local"}
+
+    @pytest.mark.parametrize(
+        ("cli", "env", "expected"),
+        [
+            ({"sink": "m:C", "fence": "loose"}, {}, "--tokcap-fence='loose' (from cli)"),
+            ({"sink": "m:C"}, {"TOKCAP_FENCE": "loose"}, "environment variable TOKCAP_FENCE"),
+            ({"sink": "m:C", "capability": ["fast"]}, {}, "unknown capabilities fast"),
+            ({"sink": "nocolon"}, {}, "must have the form 'module.path:ClassName'"),
+            ({"sink": "m:C", "seed": "x"}, {}, "must be an integer"),
+            ({"sink": "m:C", "profile": "huge"}, {}, "is not one of: quick, ci, thorough"),
+            ({"source": "m:C"}, {}, "needs --tokcap-sink or --tokcap-config"),
+            ({"sink": "m:C", "sink-kwargs": "[1]"}, {}, "must be a JSON object"),
+        ],
+    )
+    def test_bad_values_name_the_option_and_where_it_came_from(
+        self, cli: dict[str, Any], env: dict[str, str], expected: str
+    ) -> None:
+        """A bad value is refused with the option and its origin in the message."""
+        with pytest.raises(SettingsError, match=None) as info:
+            resolve(cli=cli, env=env)
+        assert expected in str(info.value)
+
+    def test_bad_json_kwargs_never_echo_their_text(self) -> None:
+        """Malformed kwargs are refused without repeating what was passed."""
+        with pytest.raises(SettingsError) as info:
+            resolve(cli={"sink": "m:C", "sink-kwargs": '{"password": "hunter2-secret"'})
+        assert "hunter2-secret" not in str(info.value)
+        assert "not valid JSON" in str(info.value)
+
+    def test_gym_config_names_the_sink(self, tmp_path: Path) -> None:
+        """A Gym config file under env.nemo_gym gives the sink target and kwargs."""
+        path = tmp_path / "gym.yaml"
+        block = {"enabled": True, "sink": "m:C", "sink_kwargs": {"url": "x"}}
+        path.write_text(json.dumps({"env": {"nemo_gym": {"token_id_capture": block}}}))
+        settings = resolve(cli={"config": str(path)})
+        assert (settings.sink, dict(settings.sink_kwargs), settings.config) == (
+            "m:C",
+            {"url": "x"},
+            path,
+        )
+
+    def test_gym_config_without_sink_uses_the_file_store(self, tmp_path: Path) -> None:
+        """A config that enables capture with only a dir judges the reference file store there."""
+        path = tmp_path / "gym.yaml"
+        path.write_text(f"token_id_capture:\n  enabled: true\n  dir: {tmp_path}/store\n")
+        settings = resolve(cli={"config": str(path)})
+        assert settings.sink == "reference.file_store:FileTokenStore"
+        assert settings.sink_kwargs == {"root": f"{tmp_path}/store"}
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("token_id_capture:\n  enabled: false\n", "enabled is false"),
+            ("other: 1\n", "has no 'token_id_capture' block"),
+            ("token_id_capture:\n  enabled: true\n  typo_key: s3cr3t-value\n", "typo_key"),
+            ("[1, 2", "is not valid YAML"),
+        ],
+    )
+    def test_bad_gym_config_is_refused_clearly(
+        self, tmp_path: Path, text: str, expected: str
+    ) -> None:
+        """An unusable config file is refused naming the file and the problem, never values."""
+        path = tmp_path / "gym.yaml"
+        path.write_text(text)
+        with pytest.raises(SettingsError) as info:
+            resolve(cli={"config": str(path)})
+        assert expected in str(info.value)
+        assert str(path) in str(info.value)
+        assert "s3cr3t-value" not in str(info.value)
+
+
+def test_yaml_errors_do_not_quote_the_file(tmp_path: Path) -> None:
+    """A YAML syntax error is reported by position, without quoting the offending line."""
+    path = tmp_path / "gym.yaml"
+    path.write_text('token_id_capture:\n  sink_kwargs: {url: "redis://:pw-s3cr3t@h"\n')
+    with pytest.raises(SettingsError) as info:
+        resolve(cli={"config": str(path)})
+    assert "line" in str(info.value)
+    assert "pw-s3cr3t" not in str(info.value)
