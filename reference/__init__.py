@@ -1,1 +1,39 @@
-"""Reference implementations of the token-capture contract."""
+"""Reference implementations of the token-capture contract, each passing the kit.
+
+- :class:`FileTokenStore`: the embedded default, a directory on a node-local disk.
+- :class:`MemoryTokenStore`: process memory, for unit tests; cannot serve spawned workers.
+- :class:`RedisTokenStore`: a shared data plane on Redis (needs the ``redis`` extra).
+- :mod:`reference.consumer`: freezing, building a training row and retiring after handoff.
+
+Names are imported on first use, so ``import reference`` stays cheap and the Redis client
+is needed only by those who use Redis.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from reference.file_store import FileTokenStore
+    from reference.memory_store import MemoryTokenStore
+    from reference.redis_store import RedisTokenStore
+
+__all__ = ["FileTokenStore", "MemoryTokenStore", "RedisTokenStore"]
+
+_HOMES = {
+    "FileTokenStore": "reference.file_store",
+    "MemoryTokenStore": "reference.memory_store",
+    "RedisTokenStore": "reference.redis_store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'reference' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

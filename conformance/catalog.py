@@ -1,0 +1,1057 @@
+"""Every clause of the token-capture contract, with why it matters and how it is usually broken.
+
+This is the one source of the clause texts. ``docs/clauses.md`` is rendered from it (see
+:mod:`conformance.clauses_doc`), and the clause ids here are the ones check ids, node ids and
+failure messages carry. The catalog lists clauses in contract order, family by family.
+
+A clause is proven either by the kit, against any implementation (``checked_by == "kit"``), or
+by the project's own test module named in ``checked_by``, when the clause is about
+``tokcap_spec`` or the reference consumer rather than about a sink or source.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from conformance.registry import family_of
+from conformance.violation import CLAUSES_DOC
+
+__all__ = ["CLAUSES", "FAMILY_TITLES", "KIT", "Clause", "clause"]
+
+KIT = "kit"
+"""The ``checked_by`` value of clauses the kit checks against the implementation under test."""
+
+FAMILY_TITLES = {
+    "REC": "Records",
+    "SHAPE": "Shape",
+    "BUILD": "Construction",
+    "SPAWN": "Spawned workers",
+    "PUT": "Put",
+    "FREEZE": "Freeze",
+    "FENCE": "Fences",
+    "DROP": "Exact-snapshot retire",
+    "MASK": "Masking",
+    "CLOSE": "Close",
+    "EXT": "Extensions",
+    "CFG": "Config",
+    "CONS": "Consumer",
+}
+"""Every clause family in catalog order, with the title the docs give it."""
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One contract clause.
+
+    ``promise`` states what a conforming implementation guarantees; ``why`` says what goes wrong
+    in training when the promise is broken; ``how_broken`` lists the usual ways real transports
+    break it; ``checked_by`` is :data:`KIT` or the path of the project test module proving it.
+    """
+
+    id: str
+    family: str
+    title: str
+    promise: str
+    why: str
+    how_broken: str
+    checked_by: str
+
+    def __post_init__(self) -> None:
+        if family_of(self.id) != self.family or self.family not in FAMILY_TITLES:
+            raise ValueError(f"clause {self.id} is filed under family {self.family!r}")
+        if self.checked_by != KIT and not (
+            self.checked_by.startswith("tests/") and self.checked_by.endswith(".py")
+        ):
+            raise ValueError(
+                f"clause {self.id}: checked_by must be {KIT!r} or a tests/ module path, "
+                f"got {self.checked_by!r}"
+            )
+
+    @property
+    def anchor(self) -> str:
+        """The fragment ``docs/clauses.md`` gives this clause: the id in lower case."""
+        return self.id.lower()
+
+
+_RECORD_TESTS = "tests/spec/test_records.py"
+_CONFIG_TESTS = "tests/spec/test_config.py"
+_CONSUMER_TESTS = "tests/reference/test_consumer.py"
+
+CLAUSES: tuple[Clause, ...] = (
+    Clause(
+        id="REC-1",
+        family="REC",
+        title="Record fields",
+        promise=(
+            "A `TokenEntry` has `schema_version` (1 today), `rollout_id`, `model_call_id`, "
+            "`model`, `prompt_token_ids`, `generation_token_ids`, `generation_log_probs`, "
+            "`routed_experts`, `output_items`, `token_item_index` and `created_at`. Fields the "
+            "reader does not know are carried along, never discarded."
+        ),
+        why=(
+            "The trainer rebuilds every turn from these fields. A field lost on the way, such as "
+            "the routed experts of a mixture-of-experts model or metadata a newer producer "
+            "added, silently changes what the policy is trained on."
+        ),
+        how_broken=(
+            "Fixed-column stores that drop unknown fields; reader models that ignore extras; "
+            "`routed_experts` left out because the first model tried was dense."
+        ),
+        checked_by=_RECORD_TESTS,
+    ),
+    Clause(
+        id="REC-2",
+        family="REC",
+        title="Newer record schemas are refused",
+        promise=(
+            "Reading a record whose `schema_version` is above the reader's own fails with an "
+            "error that states both numbers. A record of an older version reads, and the "
+            "fields it lacks take their defaults."
+        ),
+        why=(
+            "A reader that guesses at a newer layout can misalign tokens and log probs without "
+            "any error, and the trainer learns from the result. Refusing turns a silent "
+            "corruption into a plain request to upgrade."
+        ),
+        how_broken=(
+            "Ignoring `schema_version`; comparing versions as strings; refusing older records "
+            "as well, which strands data already captured."
+        ),
+        checked_by=_RECORD_TESTS,
+    ),
+    Clause(
+        id="REC-3",
+        family="REC",
+        title="Token and log-prob lengths agree",
+        promise=(
+            "`generation_token_ids` and `generation_log_probs` always have the same length, and "
+            "`token_item_index` is either None or a valid position in `output_items`."
+        ),
+        why=(
+            "Policy-gradient losses pair each generated token with its log prob. A length "
+            "mismatch crashes the trainer mid-run or, worse, shifts the pairing so that every "
+            "token is weighted by its neighbour's probability."
+        ),
+        how_broken=(
+            "Cutting one list at a stop token and not the other; appending a final token after "
+            "the log probs were collected; counting `token_item_index` from 1."
+        ),
+        checked_by=_RECORD_TESTS,
+    ),
+    Clause(
+        id="REC-4",
+        family="REC",
+        title="Log probs and token ids are in range",
+        promise=(
+            "Log probs are floats. NaN is refused when a record is built, while `-inf` is a "
+            "valid log prob that every store must hand back unchanged. Token ids are integers "
+            "from 0 up to, not including, 2**31."
+        ),
+        why=(
+            "`-inf` marks a token the sampler could not have picked; replacing it with a finite "
+            "number or null changes importance ratios, and a NaN poisons every gradient it "
+            "reaches. Ids of 31 bits or more do not fit the int32 tensors trainers use."
+        ),
+        how_broken=(
+            "Accepting NaN from a numerically unstable sampler; accepting booleans, floats or "
+            "negative numbers as token ids; treating `-inf` as an error."
+        ),
+        checked_by=_RECORD_TESTS,
+    ),
+    Clause(
+        id="SHAPE-1",
+        family="SHAPE",
+        title="The protocol shape",
+        promise=(
+            "The sink has `put`, `mark_incomplete` and `close`; the source has `freeze`, `drop` "
+            "and `close`. All six are `async def` methods, so the object satisfies `TokenSink` "
+            "or `TokenSource` structurally, without subclassing. One object may be both."
+        ),
+        why=(
+            "The serving path awaits every call. A plain method hands back a value where a "
+            "coroutine is expected and capture fails on the first rollout, or it blocks the "
+            "event loop that serves every other rollout in the worker."
+        ),
+        how_broken=(
+            "Synchronous methods; differently named methods (`flush`, `commit`); a plain `def` "
+            "that returns a coroutine, which the structural check cannot tell apart from a "
+            "synchronous method."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="SHAPE-2",
+        family="SHAPE",
+        title="Drop takes keyword arguments",
+        promise=(
+            "`drop(rollout_id, *, snapshot_id, version)`: the snapshot id and the version can "
+            "be passed by name."
+        ),
+        why=(
+            "Consumers pass both by keyword so the two can never be swapped. A signature that "
+            "refuses them breaks every consumer at the moment it retires a rollout, and the "
+            "records pile up."
+        ),
+        how_broken=(
+            "Positional-only parameters; other names (`sid`, `ver`); one parameter taking the "
+            "whole snapshot object."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="SHAPE-3",
+        family="SHAPE",
+        title="Snapshots are immutable",
+        promise=(
+            "A snapshot never changes once `freeze` has returned it: not when the caller edits "
+            "its lists, and not when the rollout is written afterwards. What a caller does to "
+            "one result has no effect on any later freeze."
+        ),
+        why=(
+            "The consumer builds a training sample from the snapshot and later drops it by id "
+            "and version. If the snapshot moves underneath, the sample and the evidence it "
+            "retires no longer match, and a later freeze can return the caller's edits as data."
+        ),
+        how_broken=(
+            "Handing out the store's own lists instead of copies; an in-memory store that keeps "
+            "appending to the snapshot object it returned; entries loaded lazily when iterated."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="BUILD-1",
+        family="BUILD",
+        title="Built from a target string and plain kwargs",
+        promise=(
+            "A sink is built from a `module.path:ClassName` target and keyword arguments, the "
+            "way `TokenIdCaptureConfig.build_sink` builds it. The kwargs are plain data that "
+            "survive a trip through JSON or YAML, and every build returns a new instance."
+        ),
+        why=(
+            "The config file is all that serving processes share. A sink that needs a live "
+            "object handed in cannot be described there, so it cannot run in a real deployment "
+            "and the run captures nothing."
+        ),
+        how_broken=(
+            "Constructors that take a client or a callable; factories that return one shared "
+            "singleton; kwargs holding paths or datetimes no config file can express."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="BUILD-2",
+        family="BUILD",
+        title="Bad targets fail at startup, without secrets",
+        promise=(
+            "A target that cannot be built is refused when the service starts: a target with "
+            "no `:`, a module that does not import, a missing name, kwargs the constructor "
+            "rejects, a protocol method missing or not callable. The error names the target "
+            "and the kwarg names; kwarg values never appear in it."
+        ),
+        why=(
+            "A broken sink found at the first rollout wastes every rollout in flight, and one "
+            "that is silently absent lets a run train with no captured tokens at all. Kwarg "
+            "values often hold passwords, and error text ends up in widely shared logs."
+        ),
+        how_broken=(
+            "Building lazily on the first put; `TypeError` text that prints the whole kwargs "
+            "dict; a connection URL with its password formatted into an exception."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="SPAWN-1",
+        family="SPAWN",
+        title="Works in a freshly spawned worker",
+        promise=(
+            "A sink built inside a brand-new interpreter started with multiprocessing `spawn`, "
+            "the way uvicorn starts its workers, from nothing but the target string and kwargs, "
+            "works. Nothing the launching process set up is carried over."
+        ),
+        why=(
+            "Model calls are served from worker processes. A sink that only works where it was "
+            "installed captures nothing in production, and every rollout then trains without "
+            "its token evidence or from re-tokenized text."
+        ),
+        how_broken=(
+            "Launcher-installed sinks (`install_token_sink`) that workers never see; module "
+            "globals the launcher set; relying on `fork` to copy an open client."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="SPAWN-2",
+        family="SPAWN",
+        title="Workers may construct at the same moment",
+        promise=(
+            "Several workers building their sinks at once all succeed: there is no one-time "
+            "setup that only the first of them may run."
+        ),
+        why=(
+            "Workers start together. A start-up race that fails one of them takes a serving "
+            "process down or leaves it capturing nothing, so part of every batch goes missing."
+        ),
+        how_broken=(
+            "Creating a table or directory without tolerating that it exists; migrations run by "
+            "every constructor; lock files held while constructing."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="SPAWN-3",
+        family="SPAWN",
+        title="Other processes' acks are visible here",
+        promise=(
+            "Entries acked by sinks in other processes can be frozen, byte for byte, by a "
+            "source in this process."
+        ),
+        why=(
+            "Generation happens in workers and consumption in the trainer's process. Evidence "
+            "that stays with its writer is invisible to the consumer, which then trains on a "
+            "rebuilt or empty trajectory."
+        ),
+        how_broken=(
+            "Records kept in a module dict; per-process temporary directories; write caches no "
+            "other process reads."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="SPAWN-4",
+        family="SPAWN",
+        title="Concurrent workers lose nothing and mix nothing",
+        promise=(
+            "Workers writing at the same time, to one rollout and to different rollouts, keep "
+            "every acked entry, never file an entry under the wrong rollout, and never blend "
+            "two entries into one."
+        ),
+        why=(
+            "Parallel tool calls and batched generation write concurrently. A lost entry leaves "
+            "a hole in the trajectory; a misfiled or blended one trains a sample on tokens from "
+            "another episode."
+        ),
+        how_broken=(
+            "Read-modify-write of one blob per rollout without a lock, so the last writer wins; "
+            "appends to a shared file that interleave; sequence numbers handed out twice."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="PUT-1",
+        family="PUT",
+        title="Durable and visible on return",
+        promise=(
+            "When `put` returns without raising, the entry is stored: a newly built source, in "
+            "any process, finds it at its next freeze."
+        ),
+        why=(
+            "The ack is what lets the producer move on. An acked record that is lost means the "
+            "consumer freezes a trajectory with a turn missing and trains on it as if it were "
+            "whole."
+        ),
+        how_broken=(
+            "Buffering writes until `close` or a timer flushes them; fire-and-forget background "
+            "tasks; write-behind caches; returning before the remote store confirmed the write."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="PUT-2",
+        family="PUT",
+        title="Exact round trip",
+        promise=(
+            "The entry frozen back equals the entry put in every field. Floats are compared by "
+            "their bits, so `-inf` and `-0.0` must survive, and so must extra fields and any "
+            "unicode text."
+        ),
+        why=(
+            "Log probs feed importance ratios and KL terms directly: a rounded or nulled value "
+            "shifts the gradient of its token, and a changed token id trains the model on text "
+            "it never produced."
+        ),
+        how_broken=(
+            "float32 columns; `-inf` turned into null by a strict JSON encoder; stores that "
+            "normalize `-0.0`; fixed schemas that drop extra fields; text re-encoded through a "
+            "legacy charset."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="PUT-3",
+        family="PUT",
+        title="An identical re-put is a no-op",
+        promise=(
+            "Putting an entry whose serialized bytes equal a stored one, from the same sink or "
+            "another, changes nothing: still one entry, the rollout still clean, no error."
+        ),
+        why=(
+            "Producers retry after timeouts. If a retry duplicated the turn or masked the "
+            "rollout, ordinary network hiccups would discard good training data or count a turn "
+            "twice."
+        ),
+        how_broken=(
+            "Append-only stores that keep both copies; treating every second write of a call id "
+            "as a conflict; comparing objects instead of canonical bytes."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="PUT-4",
+        family="PUT",
+        title="A conflicting re-put fails closed",
+        promise=(
+            "When a `model_call_id` is put again with a different payload, that `put` raises or "
+            "the rollout freezes as incomplete from then on. Quietly keeping either payload "
+            "and reporting the rollout clean is not allowed."
+        ),
+        why=(
+            "Two payloads for one call make the evidence ambiguous: training on either may pair "
+            "one generation's tokens with a reward another generation earned."
+        ),
+        how_broken=(
+            "Last-writer-wins upserts (`INSERT OR REPLACE`, a plain `SET`); first-writer-wins "
+            "`SETNX` that drops the loser without a word."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="PUT-5",
+        family="PUT",
+        title="Rollouts are isolated",
+        promise=(
+            "Writes to one rollout never appear in, mark, or change the version of another, "
+            "including ids that differ only in letter case or in `.`, `_` and `-`."
+        ),
+        why=(
+            "A rollout is one episode judged by one reward. Entries leaking in from another "
+            "episode train the policy on tokens that reward never judged."
+        ),
+        how_broken=(
+            "Case-folding keys (case-insensitive file systems or collations); slugifying ids "
+            "into file names so `a.b` and `a_b` collide; one version counter for all rollouts."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="PUT-6",
+        family="PUT",
+        title="Any call id works",
+        promise=(
+            "Every non-empty string is a valid `model_call_id`: unicode, spaces, newlines and "
+            "slashes are stored and come back exactly as given."
+        ),
+        why=(
+            "Call ids come from the serving stack, not from the sink. A call id the sink mangles "
+            "or rejects loses that turn's tokens, or merges two turns into one."
+        ),
+        how_broken=(
+            "Using the call id unescaped as a file name or URL path segment; splitting keys on "
+            "`/` or `:`; stripping whitespace."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="FREEZE-1",
+        family="FREEZE",
+        title="A snapshot has an identity",
+        promise="Every snapshot carries a non-empty string `snapshot_id` and an integer `version`.",
+        why=(
+            "These two values are a consumer's only handle on exactly what it consumed. "
+            "Without them drop cannot tell the snapshot a sample was built from from a later "
+            "one."
+        ),
+        how_broken=(
+            "Empty ids for rollouts without entries; versions coming back from a driver as "
+            "strings or floats; None before the first write."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="FREEZE-2",
+        family="FREEZE",
+        title="Freezing is idempotent",
+        promise=(
+            "With no write in between, every freeze, from any instance in any process, returns "
+            "the same `snapshot_id`, the same `version` and the same entries."
+        ),
+        why=(
+            "A consumer that retries, or that freezes in another process, must be able to drop "
+            "what it built from. If each freeze mints a new identity, no drop ever matches and "
+            "records accumulate, or a retry builds a different sample."
+        ),
+        how_broken=(
+            "Snapshot ids minted per call (a fresh uuid at every freeze); versions taken from "
+            "the clock; ids hashed from entries in whatever order they were listed."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="FREEZE-3",
+        family="FREEZE",
+        title="One entry per call id",
+        promise=(
+            "A snapshot holds each `model_call_id` at most once. The order of `entries` carries "
+            "no meaning, and consumers must not read any into it."
+        ),
+        why=(
+            "A turn listed twice gets twice the gradient weight. A consumer that reads list "
+            "order as turn order rebuilds a different conversation from a different store."
+        ),
+        how_broken=(
+            "Append logs replayed without de-duplication; merging shards that each hold a copy."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="FREEZE-4",
+        family="FREEZE",
+        title="A never-written rollout freezes empty",
+        promise=(
+            "Freezing a rollout that nothing was ever written to returns a snapshot with no "
+            "entries and `incomplete` False, not an error."
+        ),
+        why=(
+            "Episodes without a captured call happen (an early abort, a tool-only episode). A "
+            "consumer that crashes on them stalls the whole pipeline behind one rollout."
+        ),
+        how_broken=(
+            "Raising `KeyError` or `FileNotFoundError` for unknown rollouts; returning None; "
+            "reporting unknown rollouts as incomplete."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="FREEZE-5",
+        family="FREEZE",
+        title="An atomic cut under concurrency",
+        promise=(
+            "While other processes are still putting, a freeze returns entries that were all "
+            "really put and are all whole, and it includes every put acked before the freeze "
+            "was called. A put acked after the freeze returned that is missing from it falls "
+            "under FENCE-1. Freezes racing each other agree."
+        ),
+        why=(
+            "Consumers freeze as soon as a rollout ends, while late writes may be in flight. "
+            "A torn or partial cut trains on half a turn, and a write that slipped past the cut "
+            "unseen would be retired without ever being consumed."
+        ),
+        how_broken=(
+            "Listing keys and then reading them one by one with no snapshot isolation; setting "
+            "the frozen flag after reading instead of before; racing freezes that each mint "
+            "their own snapshot id."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="FENCE-1",
+        family="FENCE",
+        title="Writes after freeze are fenced",
+        promise=(
+            "Once a rollout is frozen, a `put` of a new call either raises (a strict fence) or "
+            "is accepted and moves the version, so that dropping the earlier snapshot returns "
+            "False (a relaxed fence). The kit reports which fence it found, and "
+            "`--tokcap-fence=strict` accepts only the first."
+        ),
+        why=(
+            "A turn written after the consumer took its snapshot was never trained on. If the "
+            "old snapshot could still be dropped, that turn would be deleted unseen, and the "
+            "stored trajectory would no longer be the one that happened."
+        ),
+        how_broken=(
+            "Freeze as a plain read that records no fence; versions bumped by marks but not by "
+            "puts; drop comparing only the `snapshot_id`."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="FENCE-2",
+        family="FENCE",
+        title="A dropped rollout refuses writes",
+        promise=(
+            "After a `drop` returned True, every `put` to that rollout raises, whether the call "
+            "is new or one that was dropped."
+        ),
+        why=(
+            "A late write into a retired rollout brings it back as a partial trajectory, which "
+            "a later sweep may pick up and train on as if it were complete."
+        ),
+        how_broken=(
+            "Deleting the records without keeping a tombstone; treating a put after a delete as "
+            "the first write of a new rollout."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="DROP-1",
+        family="DROP",
+        title="The exact snapshot retires",
+        promise=(
+            "`drop` with the `snapshot_id` and `version` of the rollout's current frozen state "
+            "returns True, whichever instance it is called on."
+        ),
+        why=(
+            "A consumer that cannot retire what it trained on leaves storage growing without "
+            "bound, and after a restart the same rollout may be consumed again and counted twice."
+        ),
+        how_broken=(
+            "Comparing with a snapshot cached only by the instance that froze; versions that "
+            "come back from storage as another type and compare unequal."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="DROP-2",
+        family="DROP",
+        title="Anything but the exact snapshot is refused",
+        promise=(
+            "`drop` returns False for another `snapshot_id`, for a version off by any amount in "
+            "either direction, for a rollout written but never frozen, and for a rollout that "
+            "does not exist."
+        ),
+        why=(
+            "Drop destroys evidence. Retiring on a stale or guessed identity throws away "
+            "entries no consumer used, and a rollout is lost from training without a trace."
+        ),
+        how_broken=(
+            "Checking `version >= stored` instead of equality; dropping by rollout id alone; "
+            "raising for unknown rollouts instead of returning False."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="DROP-3",
+        family="DROP",
+        title="A refused drop destroys nothing",
+        promise=(
+            "A `drop` that returned False changed nothing: the next freeze returns the same "
+            "snapshot with the same entries and flags, and the right drop still succeeds."
+        ),
+        why=(
+            "Refusals are routine, for example a retry carrying an old version. If a refused "
+            "drop deleted part of the rollout, evidence still waiting to be consumed is gone."
+        ),
+        how_broken=(
+            "Deleting first and comparing afterwards; clearing the frozen state on a mismatch, "
+            "so the next freeze mints a new snapshot."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="DROP-4",
+        family="DROP",
+        title="A later change invalidates the old snapshot",
+        promise=(
+            "If the rollout changed after a snapshot was taken, through a put accepted under a "
+            "relaxed fence or through `mark_incomplete`, dropping that snapshot returns False."
+        ),
+        why=(
+            "The consumer's sample reflects the old state. Retiring the new one would delete a "
+            "turn no sample contains, or erase a mask that should have kept the rollout out of "
+            "training."
+        ),
+        how_broken=(
+            "Versions derived from entry counts, which a mark does not change; the incomplete "
+            "flag stored outside the versioned state; versions bumped only by puts."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="DROP-5",
+        family="DROP",
+        title="Drop deletes, or the transport declares it cannot",
+        promise=(
+            "After a successful drop the rollout's records are gone. A transport that cannot "
+            "delete may still return True, but it declares so with "
+            "`--tokcap-capability=no-delete`, and then the records must still freeze afterwards."
+        ),
+        why=(
+            "A consumer sweeping for work would find undeleted records and train on the same "
+            "rollout again. An honest declaration lets the consumer track retirement on its own."
+        ),
+        how_broken=(
+            "Returning True while the records stay readable, without declaring it; append-only "
+            "logs with no delete; expiry by TTL that has not fired yet."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="MASK-1",
+        family="MASK",
+        title="A mark is durable and shared",
+        promise=(
+            "Once `mark_incomplete` returns, the next freeze by a newly built instance, in this "
+            "process or another, reports `incomplete` True."
+        ),
+        why=(
+            "The mark is how a failed model call keeps its rollout out of training. A mark lost "
+            "to buffering or to process memory lets a broken trajectory train as complete."
+        ),
+        how_broken=(
+            "Marks kept in a process-local set; marks queued behind a flush; marks written to a "
+            "key the source never reads."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="MASK-2",
+        family="MASK",
+        title="Incomplete is sticky",
+        promise=(
+            "Once incomplete, a rollout stays incomplete: no later put, freeze or mark clears it."
+        ),
+        why=(
+            "A retry that succeeds does not repair the call that failed. Clearing the mask "
+            "would admit a trajectory with a gap into the training batch."
+        ),
+        how_broken=(
+            "Storing the flag on the latest write; a successful put resetting it; a freeze that "
+            "recomputes it from the entries alone."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="MASK-3",
+        family="MASK",
+        title="A mark after freeze moves the version",
+        promise=(
+            "`mark_incomplete` is accepted after a freeze and changes the version, so the "
+            "earlier snapshot can no longer be dropped (DROP-4)."
+        ),
+        why=(
+            "Failures are often noticed late. A mark refused after freeze, or one that leaves "
+            "the version alone, lets a consumer retire as clean a rollout that is broken."
+        ),
+        how_broken=(
+            "Fencing marks the way puts are fenced; versions counted from entries; marks "
+            "written without touching the version."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="MASK-4",
+        family="MASK",
+        title="A silent conflict masks the rollout",
+        promise=(
+            "When a conflicting re-put (PUT-4) does not raise, the rollout freezes as incomplete "
+            "from then on."
+        ),
+        why=(
+            "The conflict has to surface somewhere. One that neither raises nor masks is "
+            "exactly the silent corruption PUT-4 rules out."
+        ),
+        how_broken=(
+            "Catching the conflict and only logging it; keeping the first payload and returning "
+            "as if nothing happened."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="MASK-5",
+        family="MASK",
+        title="A masked rollout keeps its evidence",
+        promise=(
+            "Marking a rollout deletes nothing: every freeze returns the same entries until a "
+            "consumer drops or deletes the rollout."
+        ),
+        why=(
+            "A masked rollout is kept out of training, but its tokens are what an investigation "
+            "needs to find out why it failed. Discarding them throws that evidence away."
+        ),
+        how_broken=(
+            "Collecting a rollout's entries as garbage when a mark arrives; truncating on mark "
+            "to save space."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="MASK-6",
+        family="MASK",
+        title="A mark takes any call id",
+        promise=(
+            "`mark_incomplete` accepts any `model_call_id`, the empty string (its default) "
+            "included, and call ids no entry uses."
+        ),
+        why=(
+            "Failures are often detected before a call id exists or outside any call. A mark "
+            "refused because of its call id leaves a broken rollout looking clean."
+        ),
+        how_broken=(
+            "Requiring a non-empty call id; using it as a file name; requiring a stored entry "
+            "with that call id."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="CLOSE-1",
+        family="CLOSE",
+        title="Close is idempotent",
+        promise="Closing a sink or a source again does nothing and raises nothing.",
+        why=(
+            "Shutdown closes from several places at once, a `finally` block and a lifespan hook "
+            "among them. An error there hides the real failure and can skip the cleanup after it."
+        ),
+        how_broken=(
+            "A client that raises when closed twice; a `close` that clears attributes and then "
+            "uses them on the second call."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="CLOSE-2",
+        family="CLOSE",
+        title="Close loses nothing",
+        promise=(
+            "Everything acked before `close`, entries and marks alike, is visible to a newly "
+            "built instance afterwards. A `close` that had something to flush shows that "
+            "`put` acked too early."
+        ),
+        why=(
+            "Workers are killed as often as they are closed. Anything that needed `close` to "
+            "become durable is lost in a crash, and the loss only shows up in training."
+        ),
+        how_broken=(
+            "Buffering until close; flushing only on close; closing the connection before "
+            "pending writes finished."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="EXT-BEGIN-1",
+        family="EXT",
+        title="Call intents mask unfinished calls",
+        promise=(
+            "A sink that offers `begin_call(rollout_id, model_call_id)` records an intent. An "
+            "intent that has no matching entry when the rollout is frozen makes the snapshot "
+            "incomplete; an intent whose entry arrived leaves it clean, whatever the call id "
+            "string."
+        ),
+        why=(
+            "A call that started and never wrote its entry, a worker crash mid-generation for "
+            "instance, leaves a gap in the trajectory. Intents turn that gap into a mask "
+            "instead of a quietly shorter episode."
+        ),
+        how_broken=(
+            "Matching intents to entries after normalizing call ids; intents kept in process "
+            "memory; counting intents instead of matching them one to one."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="EXT-RETIRE-1",
+        family="EXT",
+        title="Retire and delete by id",
+        promise=(
+            "A source that offers `retire(ids)` removes and fences those rollouts in whatever "
+            "state they are, and retiring again is a no-op. One that offers `delete(ids)` "
+            "removes the records and the fence, so the ids can be used again."
+        ),
+        why=(
+            "Operators clear rollouts that no snapshot will ever retire, after an aborted run "
+            "for example. A retire that leaves records, or lets later writes revive them, "
+            "brings abandoned trajectories back into training."
+        ),
+        how_broken=(
+            "Retire raising for unknown or already retired ids; delete leaving the tombstone "
+            "behind so a reused id stays refused; retire without a fence."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="CFG-1",
+        family="CFG",
+        title="Settings and their defaults",
+        promise=(
+            "`TokenIdCaptureSettings` has `enabled` (False), `dir` (None), `sink` (None), "
+            "`sink_kwargs` (empty), `all_agents` (False), `rebuild_response` (True), "
+            "`max_mask_fraction` (None) and `mask_fraction_min_samples` (50), and refuses any "
+            "key it does not know."
+        ),
+        why=(
+            "A misspelled key that is ignored leaves capture off or pointed elsewhere, and the "
+            "run trains without token evidence while everyone believes it has it."
+        ),
+        how_broken=(
+            "Settings models that ignore unknown keys; defaults that differ from NeMo Gym's, "
+            "such as capture on by default."
+        ),
+        checked_by=_CONFIG_TESTS,
+    ),
+    Clause(
+        id="CFG-2",
+        family="CFG",
+        title="Reading the global config",
+        promise=(
+            "`TokenIdCaptureConfig` reads a whole global config and ignores top-level keys it "
+            "does not own. `resolved_dir()` is `dir`, or `model_call_capture_dir` when `dir` is "
+            "unset."
+        ),
+        why=(
+            "The capture block sits inside a large shared config; refusing unrelated keys would "
+            "break every run, and the fallback keeps older configs capturing where they did."
+        ),
+        how_broken=(
+            "Forbidding extra top-level keys; preferring `model_call_capture_dir` over `dir`."
+        ),
+        checked_by=_CONFIG_TESTS,
+    ),
+    Clause(
+        id="CFG-3",
+        family="CFG",
+        title="What an enabled config requires",
+        promise=(
+            "With capture disabled nothing else is validated. Enabled with a sink, the config "
+            "is valid, with a warning when a directory is set as well. Enabled without a sink, "
+            "it needs an absolute directory, unless a sink is installed in this process or "
+            "`rebuild_response` is false."
+        ),
+        why=(
+            "A relative directory resolves against each worker's own working directory, so "
+            "writers and reader look in different places and the consumer finds no records."
+        ),
+        how_broken=(
+            "Validating the directory while capture is off; accepting relative paths; ignoring "
+            "`dir` without a word when a sink is set."
+        ),
+        checked_by=_CONFIG_TESTS,
+    ),
+    Clause(
+        id="CFG-4",
+        family="CFG",
+        title="build_sink",
+        promise=(
+            "`build_sink()` returns None when capture is disabled or no sink is configured; "
+            "otherwise each call returns a new, validated instance, or fails with the errors "
+            "BUILD-2 describes."
+        ),
+        why=(
+            "Each process has to build its own sink. A cached instance that crosses a process "
+            "boundary carries a connection it cannot use there."
+        ),
+        how_broken=(
+            "Memoizing the sink; returning one while capture is disabled; building without "
+            "checking the protocol, so the failure shows at the first put."
+        ),
+        checked_by=_CONFIG_TESTS,
+    ),
+    Clause(
+        id="CFG-5",
+        family="CFG",
+        title="Which agents capture",
+        promise=(
+            "`token_id_capture_enabled_for_agent` is False whenever capture is disabled. With "
+            "`all_agents` it is True for every agent; otherwise it is True exactly when one of "
+            "the agent's `responses_api_agents` entries sets `token_id_capture`."
+        ),
+        why=(
+            "An agent wrongly left out produces rollouts with no token evidence; one wrongly "
+            "included pays for capture and writes records nobody consumes."
+        ),
+        how_broken=(
+            "Looking at the agent's own block instead of its `responses_api_agents`; letting "
+            "`all_agents` override a disabled block."
+        ),
+        checked_by=_CONFIG_TESTS,
+    ),
+    Clause(
+        id="CFG-6",
+        family="CFG",
+        title="The masked-fraction guard",
+        promise=(
+            "`max_mask_fraction` is None or within [0, 1], and `mask_fraction_min_samples` is "
+            "at least 1. The run aborts, once, when at least that many rollouts are finalized "
+            "and the fraction of them masked is strictly above the limit."
+        ),
+        why=(
+            "When most rollouts are masked, training sees a biased sample, the episodes that "
+            "happened to succeed. Stopping early beats a run that quietly learns from it."
+        ),
+        how_broken=(
+            "Judging before enough samples, so one early failure ends the run; `>=` where `>` "
+            "is meant; aborting again on every later rollout; counting rollouts still in flight."
+        ),
+        checked_by=_CONFIG_TESTS,
+    ),
+    Clause(
+        id="CONS-1",
+        family="CONS",
+        title="Finalize freezes and never drops",
+        promise=(
+            "The reference consumer's finalize step freezes the rollout, builds the sample from "
+            "exactly that snapshot, and does not drop."
+        ),
+        why=(
+            "Dropping before the sample is safely handed off loses the rollout if the handoff "
+            "then fails."
+        ),
+        how_broken=(
+            "Freeze, build and drop as one step; building from a second freeze that may differ "
+            "from the first."
+        ),
+        checked_by=_CONSUMER_TESTS,
+    ),
+    Clause(
+        id="CONS-2",
+        family="CONS",
+        title="Drop after a durable handoff, by the frozen snapshot",
+        promise=(
+            "The consumer drops only once the sample is durably handed off, and passes the "
+            "`snapshot_id` and `version` it froze."
+        ),
+        why=(
+            "The rollout may change between freeze and drop; dropping by the frozen identity "
+            "lets the source refuse, so nothing unconsumed is deleted."
+        ),
+        how_broken=(
+            "Taking the identity from a fresh freeze at drop time; dropping before the "
+            "trainer's queue confirmed receipt."
+        ),
+        checked_by=_CONSUMER_TESTS,
+    ),
+    Clause(
+        id="CONS-3",
+        family="CONS",
+        title="Failed and masked builds are kept",
+        promise=(
+            "When building the sample fails, or the snapshot is incomplete, the consumer never "
+            "drops the rollout."
+        ),
+        why=(
+            "Those records are the only evidence of what went wrong, and keeping them lets a "
+            "fixed builder try again."
+        ),
+        how_broken=("Dropping in a `finally` block; treating a masked rollout as consumed."),
+        checked_by=_CONSUMER_TESTS,
+    ),
+    Clause(
+        id="CONS-4",
+        family="CONS",
+        title="Without rebuild_response, stop after the write",
+        promise=(
+            "With `rebuild_response` false the consumer stops once the records are written; the "
+            "framework reads them back through its own source."
+        ),
+        why=(
+            "A framework that assembles samples itself would otherwise have its records "
+            "consumed and dropped underneath it, losing trajectories before training reads them."
+        ),
+        how_broken="Rebuilding and dropping whatever the setting says.",
+        checked_by=_CONSUMER_TESTS,
+    ),
+)
+"""Every contract clause, in catalog order."""
+
+_BY_ID = {found.id: found for found in CLAUSES}
+
+
+def clause(clause_id: str) -> Clause:
+    """Return the clause with this exact id (``PUT-1``); raise KeyError naming an unknown one."""
+    try:
+        return _BY_ID[clause_id]
+    except KeyError:
+        close = difflib.get_close_matches(clause_id.upper(), list(_BY_ID), n=3)
+        suggestion = f"; did you mean {', '.join(close)}?" if close else ""
+        raise KeyError(
+            f"no contract clause has the id {clause_id!r}{suggestion} "
+            f"(every id is listed in {CLAUSES_DOC})"
+        ) from None
