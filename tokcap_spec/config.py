@@ -46,9 +46,13 @@ logger = logging.getLogger(__name__)
 
 
 class TokenIdCaptureSettings(BaseModel):
-    """The ``token_id_capture`` block. Unknown keys are refused, so typos fail loudly."""
+    """The ``token_id_capture`` block. Unknown keys are refused, so typos fail loudly.
 
-    model_config = ConfigDict(extra="forbid")
+    Validation errors never echo their input, because ``sink_kwargs`` may hold credentials.
+    """
+
+    # hide_input_in_errors: pydantic would otherwise print sink_kwargs values in its errors.
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     enabled: bool = False
     dir: Path | None = None
@@ -66,7 +70,7 @@ class TokenIdCaptureConfig(BaseModel):
     Every other top-level key of a global config is ignored.
     """
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", hide_input_in_errors=True)
 
     model_call_capture_dir: Path | None = None
     token_id_capture: TokenIdCaptureSettings = TokenIdCaptureSettings()
@@ -128,14 +132,20 @@ class TokenIdCaptureConfig(BaseModel):
         """
         module_name, attr_path = _split_target(target, kind)
         names = ", ".join(sorted(kwargs)) or "none"
+        # Each failure is raised outside its except block: a chained __context__ would carry
+        # the original message, and with it any kwarg value the constructor echoed.
+        failure: str | None = None
+        module: Any = None
         try:
             module = importlib.import_module(module_name)
         except Exception as exc:
-            raise EndpointError(
+            failure = (
                 f"token {kind} {target!r}: module {module_name!r} cannot be imported "
                 f"({type(exc).__name__}: {redact(str(exc), kwargs)}); make it importable in "
                 "every serving process"
-            ) from None
+            )
+        if failure is not None:
+            raise EndpointError(failure)
         factory: Any = module
         for part in attr_path.split("."):
             if not hasattr(factory, part):
@@ -145,13 +155,16 @@ class TokenIdCaptureConfig(BaseModel):
             factory = getattr(factory, part)
         if not callable(factory):
             raise EndpointError(f"token {kind} {target!r}: {attr_path!r} is not callable")
+        endpoint: Any = None
         try:
             endpoint = factory(**kwargs)
         except Exception as exc:
-            raise EndpointError(
+            failure = (
                 f"token {kind} {target!r} refused its keyword arguments ({names}): "
                 f"{type(exc).__name__}: {redact(str(exc), kwargs)}"
-            ) from None
+            )
+        if failure is not None:
+            raise EndpointError(failure)
         problems = protocol_problems(endpoint, protocol)
         if problems:
             raise EndpointError(

@@ -46,7 +46,7 @@ def _refuse_nan(value: float) -> float:
 
 
 TokenId = Annotated[int, Field(strict=True, ge=0, le=MAX_TOKEN_ID)]
-LogProb = Annotated[float, AfterValidator(_refuse_nan)]
+LogProb = Annotated[float, Field(strict=True), AfterValidator(_refuse_nan)]
 
 
 class TokenEntry(BaseModel):
@@ -98,18 +98,19 @@ class TokenEntry(BaseModel):
         return self
 
     def to_json_bytes(self) -> bytes:
-        """Return the canonical UTF-8 JSON of this entry: sorted keys, no spaces, one line.
+        """Return the canonical JSON of this entry: sorted keys, no spaces, one line.
 
         Non-finite floats are written as ``-Infinity``/``Infinity`` so they survive; every
-        float is written with Python's shortest round-tripping repr.
+        float is written with Python's shortest round-tripping repr. Non-ASCII text is escaped,
+        so every Python string, even one holding a lone surrogate, comes back unchanged.
         """
         return json.dumps(
             self.model_dump(mode="python"),
             sort_keys=True,
             separators=(",", ":"),
-            ensure_ascii=False,
+            ensure_ascii=True,
             allow_nan=True,
-        ).encode("utf-8")
+        ).encode("ascii")
 
     @classmethod
     def from_json_bytes(cls, data: bytes | str) -> TokenEntry:
