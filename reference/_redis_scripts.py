@@ -1,0 +1,185 @@
+"""The Lua scripts that make every state change of a Redis rollout one atomic server step.
+
+Each script touches only the three keys of one rollout (:func:`rollout_keys`), which share a
+hash tag, so the scripts run unchanged on Redis Cluster. Keys: ``KEYS[1]`` the meta hash
+(``epoch``, ``version``, ``frozen``, ``incomplete``, or a tombstone's ``retired``),
+``KEYS[2]`` the entries hash (call id -> canonical payload bytes), ``KEYS[3]`` the set of
+announced call ids.
+
+``version`` counts state changes (a new entry, an intent, a mark); a freeze does not change
+it. A snapshot is named ``<epoch>-<version>``; the epoch is minted once per incarnation of a
+rollout, so an id reused after ``delete`` never matches an old snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Final
+
+__all__ = [
+    "BEGIN_CALL",
+    "DELETE",
+    "DROP",
+    "FREEZE",
+    "MARK_INCOMPLETE",
+    "PUT",
+    "RETIRE",
+    "Script",
+    "rollout_keys",
+    "validate_namespace",
+]
+
+
+@dataclass(frozen=True)
+class Script:
+    """One Lua script and the SHA1 that ``EVALSHA`` names it by."""
+
+    name: str
+    source: str
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
+
+
+def validate_namespace(namespace: object) -> str:
+    """Return ``namespace`` if it can prefix keys without breaking their hash tag."""
+    if not isinstance(namespace, str):
+        raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
+    if not namespace or len(namespace) > 100 or "{" in namespace or "}" in namespace:
+        raise ValueError(
+            "namespace must be 1 to 100 characters without '{' or '}', got "
+            f"{namespace[:80]!r} ({len(namespace)} characters)"
+        )
+    return namespace
+
+
+def rollout_keys(namespace: str, rollout_id: str) -> tuple[str, str, str]:
+    """Return the meta, entries and intents keys of one rollout, all in one hash slot."""
+    tag = f"{namespace}:{{{rollout_id}}}"
+    return f"{tag}:meta", f"{tag}:entries", f"{tag}:intents"
+
+
+_PRELUDE = """
+local meta, entries, intents = KEYS[1], KEYS[2], KEYS[3]
+local function retired() return redis.call('HGET', meta, 'retired') == '1' end
+local function frozen() return redis.call('HGET', meta, 'frozen') == '1' end
+local function bump(epoch)
+  redis.call('HSETNX', meta, 'epoch', epoch)
+  redis.call('HINCRBY', meta, 'version', 1)
+end
+local function tombstone(how, at, ttl)
+  redis.call('DEL', meta, entries, intents)
+  redis.call('HSET', meta, 'retired', '1', 'retired_by', how, 'retired_at', at)
+  if ttl ~= '' then redis.call('EXPIRE', meta, ttl) end
+end
+"""
+
+PUT: Final = Script(
+    "put",
+    _PRELUDE
+    + """
+-- ARGV: model_call_id, payload, epoch candidate
+if retired() then return 'retired' end
+local known = redis.call('HGET', entries, ARGV[1])
+if known then
+  if known == ARGV[2] then return 'same' end
+  redis.call('HSET', meta, 'incomplete', '1')
+  bump(ARGV[3])
+  return 'conflict'
+end
+if frozen() then return 'frozen' end
+redis.call('HSET', entries, ARGV[1], ARGV[2])
+bump(ARGV[3])
+return 'stored'
+""",
+)
+
+MARK_INCOMPLETE: Final = Script(
+    "mark_incomplete",
+    _PRELUDE
+    + """
+-- ARGV: epoch candidate
+if retired() then return 'retired' end
+redis.call('HSET', meta, 'incomplete', '1')
+bump(ARGV[1])
+return 'marked'
+""",
+)
+
+BEGIN_CALL: Final = Script(
+    "begin_call",
+    _PRELUDE
+    + """
+-- ARGV: model_call_id, epoch candidate
+if retired() then return 'retired' end
+if redis.call('SISMEMBER', intents, ARGV[1]) == 1 then return 'known' end
+if redis.call('HEXISTS', entries, ARGV[1]) == 1 then return 'known' end
+if frozen() then return 'frozen' end
+redis.call('SADD', intents, ARGV[1])
+bump(ARGV[2])
+return 'announced'
+""",
+)
+
+FREEZE: Final = Script(
+    "freeze",
+    _PRELUDE
+    + """
+-- ARGV: epoch candidate
+-- Returns {'retired'} or {'frozen', epoch, version, incomplete, payload...}.
+if retired() then return {'retired'} end
+redis.call('HSETNX', meta, 'epoch', ARGV[1])
+redis.call('HSET', meta, 'frozen', '1')
+local state = redis.call('HMGET', meta, 'epoch', 'version', 'incomplete')
+local incomplete = state[3] == '1'
+if not incomplete then
+  for _, call in ipairs(redis.call('SMEMBERS', intents)) do
+    if redis.call('HEXISTS', entries, call) == 0 then
+      incomplete = true
+      break
+    end
+  end
+end
+local out = {'frozen', state[1], state[2] or '0', incomplete and '1' or '0'}
+for _, payload in ipairs(redis.call('HVALS', entries)) do out[#out + 1] = payload end
+return out
+""",
+)
+
+DROP: Final = Script(
+    "drop",
+    _PRELUDE
+    + """
+-- ARGV: snapshot_id, version, now, tombstone ttl ('' for none)
+if retired() or not frozen() then return 0 end
+local state = redis.call('HMGET', meta, 'epoch', 'version')
+local version = state[2] or '0'
+if version ~= ARGV[2] or not state[1] or state[1] .. '-' .. version ~= ARGV[1] then
+  return 0
+end
+tombstone('drop', ARGV[3], ARGV[4])
+return 1
+""",
+)
+
+RETIRE: Final = Script(
+    "retire",
+    _PRELUDE
+    + """
+-- ARGV: now, tombstone ttl ('' for none)
+if retired() then return 0 end
+tombstone('retire', ARGV[1], ARGV[2])
+return 1
+""",
+)
+
+DELETE: Final = Script(
+    "delete",
+    _PRELUDE
+    + """
+redis.call('DEL', meta, entries, intents)
+return 1
+""",
+)
