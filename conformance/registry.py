@@ -40,6 +40,8 @@ CHECK_MODULES = (
     "conformance.checks.mask",
     "conformance.checks.close",
     "conformance.checks.extensions",
+    "conformance.checks.concurrency",
+    "conformance.checks.model_based",
 )
 
 CheckFunction = Callable[["Kit"], None]

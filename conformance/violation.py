@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-__all__ = ["CLAUSES_DOC", "ClauseViolation", "ExtensionMissing", "NotClaimed", "clause_anchor", "fail"]
+__all__ = [
+    "CLAUSES_DOC",
+    "ClauseViolation",
+    "ExtensionMissing",
+    "NotClaimed",
+    "clause_anchor",
+    "fail",
+]
 
 CLAUSES_DOC = "docs/clauses.md"
 

@@ -8,7 +8,16 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from conformance.checks._steps import describe, freeze, mark, payloads, put, raises
+from conformance.checks._steps import (
+    describe,
+    drop,
+    expect_equal_snapshots,
+    freeze,
+    mark,
+    payloads,
+    put,
+    raises,
+)
 from conformance.context import Kit
 from conformance.entries import ODD_CALL_IDS
 from conformance.registry import check
@@ -52,6 +61,10 @@ def _expect_round_trip(
             hint="serialize with TokenEntry.to_json_bytes(): plain JSON turns -inf into null, "
             "float32 loses precision, and some stores drop unknown fields",
         )
+
+
+LOOKALIKE_CALL_IDS = ("a/b", "a_b", "a-b", "a.b", "A/B", "\u00e9", "e\u0301", "x", "x ", "X")
+"""Call ids a sanitizing, case-folding or normalizing key scheme would merge (PUT-6)."""
 
 
 def _property_settings(kit: Kit, examples: int) -> settings:
@@ -109,7 +122,7 @@ def exact_round_trip(kit: Kit) -> None:
 
 @check("PUT-3", "identical-reput")
 def identical_reput(kit: Kit) -> None:
-    """Putting the same entry again, from the same or a fresh sink, keeps one clean entry."""
+    """Putting the same entry again, before or after freeze, keeps one clean entry and snapshot."""
     sink = kit.sink()
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
@@ -123,6 +136,15 @@ def identical_reput(kit: Kit) -> None:
             observed=describe(snapshot),
             hint="compare serialized bytes: an identical re-put is a no-op, not a new entry",
         )
+    put(kit, "PUT-3", kit.sink(), entry)
+    again = freeze(kit, "PUT-3", kit.source(), rollout)
+    expect_equal_snapshots(
+        "PUT-3",
+        snapshot,
+        again,
+        hint="an identical re-put after freeze is a no-op too: no error, no new version; "
+        "check for the same payload before applying the fence",
+    )
 
 
 @check("PUT-4", "conflicting-reput")
@@ -170,15 +192,33 @@ def rollout_isolation(kit: Kit) -> None:
                 observed=describe(snapshot),
                 hint="key storage by the exact rollout id: no case folding or normalizing",
             )
+    put(kit, "PUT-5", sink, kit.entries.entry(f"{base}-A"))
+    mark(kit, "PUT-5", sink, f"{base}_A", "neighbour")
+    again = freeze(kit, "PUT-5", kit.source(), rollouts[1])
+    expect_equal_snapshots(
+        "PUT-5",
+        frozen,
+        again,
+        hint="writes to other rollouts must not move this rollout's version or snapshot_id; "
+        "keep one version counter per rollout",
+    )
+    if not drop(kit, "PUT-5", source, rollouts[1], frozen.snapshot_id, frozen.version):
+        fail(
+            "PUT-5",
+            expected=f"{rollouts[1]!r} to drop with its snapshot after writes to its neighbours",
+            observed="False",
+            hint="versions and fences are per rollout, never store-wide",
+        )
 
 
 @check("PUT-6", "any-call-id")
 def any_call_id(kit: Kit) -> None:
-    """Any non-empty model_call_id string is stored and frozen back exactly."""
+    """Any non-empty model_call_id string, look-alikes included, is kept apart and exact."""
     sink = kit.sink()
     rollout = kit.rollout_id()
     sent = [
-        kit.entries.entry(rollout, call, prompt_len=4, generation_len=2) for call in ODD_CALL_IDS
+        kit.entries.entry(rollout, call, prompt_len=4, generation_len=2)
+        for call in (*ODD_CALL_IDS, *LOOKALIKE_CALL_IDS)
     ]
     for entry in sent:
         put(kit, "PUT-6", sink, entry)

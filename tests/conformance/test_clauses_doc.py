@@ -65,7 +65,7 @@ class TestRender:
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """A kit clause no registered check names is marked as not yet checked."""
-        remaining = [found for found in all_checks() if found.clause != "DROP-1"]
+        remaining = [f for f in all_checks() if f.clause != "DROP-1" and "DROP-1" not in f.covers]
         monkeypatch.setattr(clauses_doc, "all_checks", lambda: remaining)
         text = render()
         assert "Not yet checked" in section(text, "DROP-1")

@@ -137,7 +137,8 @@ class TestVerdicts:
         assert result.ret == 0
         report = json.loads((pytester.path / "r.json").read_text())
         outcomes = {clause: entry["outcome"] for clause, entry in report["clauses"].items()}
-        assert {outcomes[c] for c in ("SPAWN-1", "SPAWN-2", "SPAWN-3")} == {"not-claimed"}
+        spawn = ("SPAWN-1", "SPAWN-2", "SPAWN-3", "SPAWN-4")
+        assert {outcomes[c] for c in spawn} == {"not-claimed"}
         assert "failed" not in outcomes.values()
         assert report["target"] == {
             "sink": "reference.memory_store:MemoryTokenStore",
@@ -147,7 +148,7 @@ class TestVerdicts:
             "observed_fence": "strict",
         }
         assert "| SPAWN-1 | not-claimed |" in (pytester.path / "r.md").read_text()
-        result.stdout.fnmatch_lines(["SPAWN * 0 * 0 * 0 * 3", "clauses: * passed, 0 failed*"])
+        result.stdout.fnmatch_lines(["SPAWN * 0 * 0 * 0 * 4", "clauses: * passed, 0 failed*"])
 
     def test_memory_store_fails_spawn_without_the_capability(
         self, pytester: pytest.Pytester
@@ -214,7 +215,7 @@ class TestVerdicts:
 def test_strict_fence_requires_refusal(pytester: pytest.Pytester, tmp_path: Path) -> None:
     """--tokcap-fence=strict fails a store that accepts late puts with a version bump."""
     pytester.makepyfile(relaxed=RELAXED)
-    args = ("--tokcap-sink=relaxed:Relaxed", "-k", "FENCE-1", "--tokcap-report=r.json")
+    args = ("--tokcap-sink=relaxed:Relaxed", "-k", "put-after-freeze", "--tokcap-report=r.json")
     assert run(pytester, *args).ret == 0
     assert run(pytester, *args, "--tokcap-fence=strict").ret == pytest.ExitCode.TESTS_FAILED
 

@@ -1,0 +1,294 @@
+"""Recording concurrent histories: lanes of operations in spawned interpreters and here.
+
+Each lane is a list of planned actions run in order by one process. A spawned lane builds its
+own sink and source from the target strings and kwargs alone, as a serving process does. Every
+operation is logged as an :class:`Event` with its invocation and completion read from
+``time.monotonic_ns()``, which is one clock for every process of a Linux machine, so events
+from different lanes order in real time. A ``wait`` action holds a lane until the lanes
+together have completed a number of writes, which places freezes in the middle of the writes
+without sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
+from typing import Any, Literal, TypeVar
+
+from conformance.history.events import Event, Kind, Pair, digest
+from conformance.workers import WORKER_TIMEOUT
+from tokcap_spec.records import TokenEntry
+
+__all__ = ["Action", "Lane", "Recorder", "Target", "Workload"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One planned step of a lane.
+
+    ``put`` (``payload`` is the entry's canonical JSON), ``mark``, ``freeze``, ``drop`` (with the
+    pair of this lane's latest freeze of the rollout), ``retire`` (freeze then drop, up to
+    ``count`` times until a drop returns True), ``wait`` (until the lanes together have made
+    ``count`` steps: completed writes and signals) or ``signal`` (count one step, so that a lane
+    waiting for it starts at this instant).
+    """
+
+    kind: Literal["put", "mark", "freeze", "drop", "retire", "wait", "signal"]
+    rollout_id: str = ""
+    call_id: str = ""
+    payload: bytes = b""
+    count: int = 0
+
+
+@dataclass(frozen=True)
+class Lane:
+    """The actions one spawned process runs, in order."""
+
+    name: str
+    actions: tuple[Action, ...]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What every lane builds: the sink and source targets with their kwargs."""
+
+    sink: str
+    sink_kwargs: dict[str, Any]
+    source: str
+    source_kwargs: dict[str, Any]
+
+
+@dataclass
+class Recorder:
+    """Runs operations on endpoints and logs each one as an :class:`Event` of one lane.
+
+    Errors are logged as ``fail`` outcomes, never raised: the checker decides whether the
+    contract allowed them.
+    """
+
+    lane: str
+    events: list[Event] = field(default_factory=list)
+    frozen: dict[str, Pair] = field(default_factory=dict)
+    """The pair of this lane's latest successful freeze, per rollout."""
+
+    async def _record(
+        self, kind: Kind, rollout_id: str, call: Callable[[], Awaitable[T]], **fields: Any
+    ) -> tuple[T | None, Event]:
+        invoke = time.monotonic_ns()
+        try:
+            value: T | None = await call()
+        except Exception as exc:
+            value = None
+            fields.update(outcome="fail", error=f"{type(exc).__name__}: {str(exc)[:160]}")
+        complete = time.monotonic_ns()
+        fields.setdefault("outcome", "ok")
+        event = Event(self.lane, len(self.events), kind, rollout_id, invoke, complete, **fields)
+        self.events.append(event)
+        return value, event
+
+    async def put(self, sink: Any, payload: bytes) -> Event:
+        entry = TokenEntry.from_json_bytes(payload)
+        _, event = await self._record(
+            "put",
+            entry.rollout_id,
+            lambda: sink.put(entry),
+            call_id=entry.model_call_id,
+            digest=digest(payload),
+        )
+        return event
+
+    async def mark(self, sink: Any, rollout_id: str, call_id: str) -> Event:
+        call = lambda: sink.mark_incomplete(rollout_id, call_id)  # noqa: E731
+        _, event = await self._record("mark", rollout_id, call, call_id=call_id)
+        return event
+
+    async def begin(self, sink: Any, rollout_id: str, call_id: str) -> Event:
+        call = lambda: sink.begin_call(rollout_id, call_id)  # noqa: E731
+        _, event = await self._record("begin", rollout_id, call, call_id=call_id)
+        return event
+
+    async def freeze(self, source: Any, rollout_id: str) -> Pair | None:
+        """Freeze and log the snapshot; return its pair, or None when freeze raised."""
+        value, event = await self._record("freeze", rollout_id, lambda: source.freeze(rollout_id))
+        if event.outcome == "fail":
+            return None
+        snapshot: Any = value
+        missing = [
+            name
+            for name in ("entries", "incomplete", "snapshot_id", "version")
+            if not hasattr(snapshot, name)
+        ]
+        if missing:
+            raise TypeError(
+                f"freeze returned {type(snapshot).__name__} without {', '.join(missing)} (SHAPE-1)"
+            )
+        pair = (snapshot.snapshot_id, snapshot.version)
+        self.events[-1] = replace(
+            event,
+            entries=tuple(
+                (entry.model_call_id, digest(entry.to_json_bytes())) for entry in snapshot.entries
+            ),
+            incomplete=bool(snapshot.incomplete),
+            result=pair,
+        )
+        self.frozen[rollout_id] = pair
+        return pair
+
+    async def drop(self, source: Any, rollout_id: str, pair: Pair) -> bool | None:
+        """Drop with ``pair`` and log it; return the bool, or None when drop raised."""
+        call = lambda: source.drop(rollout_id, snapshot_id=pair[0], version=pair[1])  # noqa: E731
+        value, event = await self._record("drop", rollout_id, call, pair=pair)
+        if event.outcome == "fail":
+            return None
+        returned = value if isinstance(value, bool) else bool(value)
+        self.events[-1] = replace(event, returned=returned)
+        return returned
+
+    async def retire(self, source: Any, rollout_id: str, attempts: int) -> None:
+        """Freeze and drop until a drop returns True, at most ``attempts`` times."""
+        for _ in range(max(1, attempts)):
+            pair = await self.freeze(source, rollout_id)
+            if pair is None or await self.drop(source, rollout_id, pair):
+                return
+
+
+def _lane_main(
+    target: Target, lane: Lane, barrier: Any, progress: Any, ready: Any, conn: Connection
+) -> None:
+    from conformance.context import build_endpoint
+
+    kinds = {action.kind for action in lane.actions}
+    try:
+        writes = kinds & {"put", "mark"}
+        sink = build_endpoint(target.sink, target.sink_kwargs, "sink") if writes else None
+        reads = kinds & {"freeze", "drop", "retire"}
+        source = build_endpoint(target.source, target.source_kwargs, "source") if reads else None
+    except Exception as exc:
+        barrier.abort()
+        conn.send(([], f"{lane.name} could not build its endpoints: {type(exc).__name__}: {exc}"))
+        return
+    try:
+        barrier.wait(timeout=WORKER_TIMEOUT)
+    except Exception:
+        conn.send(([], ""))  # Another lane failed to build and says so.
+        return
+
+    def advance() -> None:
+        with ready:
+            progress.value += 1
+            ready.notify_all()
+
+    def release_everyone() -> None:
+        # A lane that stops early must not leave the others waiting for writes it will not make.
+        with ready:
+            progress.value = 2**62
+            ready.notify_all()
+
+    async def run() -> list[Event]:
+        recorder = Recorder(lane.name)
+        try:
+            for action in lane.actions:
+                if action.kind == "wait":
+                    with ready:
+                        goal = action.count
+                        ready.wait_for(lambda: progress.value >= goal, WORKER_TIMEOUT)  # noqa: B023
+                elif action.kind == "signal":
+                    advance()
+                elif action.kind == "put":
+                    await recorder.put(sink, action.payload)
+                    advance()
+                elif action.kind == "mark":
+                    await recorder.mark(sink, action.rollout_id, action.call_id)
+                    advance()
+                elif action.kind == "freeze":
+                    await recorder.freeze(source, action.rollout_id)
+                elif action.kind == "drop":
+                    pair = recorder.frozen.get(action.rollout_id)
+                    if pair is not None:
+                        await recorder.drop(source, action.rollout_id, pair)
+                else:
+                    await recorder.retire(source, action.rollout_id, action.count)
+        finally:
+            for endpoint in (sink, source):
+                if endpoint is not None:
+                    await endpoint.close()
+        return recorder.events
+
+    try:
+        conn.send((asyncio.run(run()), ""))
+    except Exception as exc:
+        release_everyone()
+        conn.send(([], f"{lane.name} stopped: {type(exc).__name__}: {exc}"))
+
+
+class Workload:
+    """Lanes running at once, each in its own spawned interpreter.
+
+    :meth:`start` returns once every lane has built its endpoints; the lanes then run while
+    this process does its own operations; :meth:`finish` collects every lane's events and
+    every lane that failed to build, stopped or hung.
+    """
+
+    def __init__(self, target: Target, lanes: list[Lane]) -> None:
+        self.target = target
+        self.lanes = lanes
+        context = multiprocessing.get_context("spawn")
+        self._context = context
+        self._barrier = context.Barrier(len(lanes) + 1)
+        self._progress = context.Value("q", 0)
+        self._ready = context.Condition()
+        self._running: list[tuple[Lane, Any, Connection]] = []
+
+    def start(self) -> None:
+        """Spawn every lane and wait until all of them have built their endpoints."""
+        for lane in self.lanes:
+            receive, send = self._context.Pipe(duplex=False)
+            process = self._context.Process(
+                target=_lane_main,
+                args=(self.target, lane, self._barrier, self._progress, self._ready, send),
+                daemon=True,
+            )
+            process.start()
+            send.close()
+            self._running.append((lane, process, receive))
+        try:
+            self._barrier.wait(timeout=WORKER_TIMEOUT)
+        except Exception:
+            return  # A lane that failed to build reports why in finish().
+
+    def wait_for(self, writes: int) -> None:
+        """Block until the lanes together have made ``writes`` steps (writes and signals).
+
+        Returns at once when a lane failed to build, since then no lane runs.
+        """
+        if self._barrier.broken:
+            return
+        with self._ready:
+            self._ready.wait_for(lambda: self._progress.value >= writes, WORKER_TIMEOUT)
+
+    def finish(self) -> tuple[list[Event], list[str]]:
+        """Wait for every lane; return all events and a line per lane that went wrong."""
+        events: list[Event] = []
+        problems: list[str] = []
+        for lane, process, receive in self._running:
+            if receive.poll(WORKER_TIMEOUT):
+                try:
+                    lane_events, problem = receive.recv()
+                except EOFError:
+                    lane_events, problem = [], f"{lane.name} died without reporting"
+            else:
+                lane_events, problem = [], f"{lane.name} reported nothing in {WORKER_TIMEOUT:.0f}s"
+            events.extend(lane_events)
+            if problem:
+                problems.append(problem)
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        return events, problems

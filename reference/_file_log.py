@@ -1,0 +1,311 @@
+"""One rollout's append-only log file, shared by every process that opens the same directory.
+
+Every use happens under an exclusive ``flock`` of the log file. A drop or retire replaces the
+file by a tombstone (atomic rename) and a delete unlinks it, so whoever takes the lock checks
+that the path still names the inode it locked and reopens when it does not. While locked, the
+log first catches up: it reads only the bytes appended since it last looked, cuts a torn final
+line (a writer that died mid-append) and replays the rest.
+
+Nothing here follows a symlink: files are opened relative to the directory's descriptor with
+``O_NOFOLLOW``, and anything but a regular file is refused.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import stat
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+
+from reference._file_records import (
+    ENTRY_PREFIX,
+    Record,
+    RolloutState,
+    open_record,
+    parse_record,
+    tombstone_record,
+)
+from tokcap_spec.errors import CorruptStoreError, StoreWriteError
+from tokcap_spec.records import TokenEntry
+
+__all__ = ["RolloutLog", "log_name", "rollout_id_of", "sync_directory"]
+
+_OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_SUFFIX = ".log"
+# Each retry means another process replaced the file in between; this many in a row does not
+# happen on a file system whose stat and fstat agree.
+_REOPEN_LIMIT = 1000
+
+
+def _sync_data(fd: int) -> None:
+    # Looked up on each call, so that tests can inject faults through ``os``.
+    getattr(os, "fdatasync", os.fsync)(fd)
+
+
+def log_name(rollout_id: str) -> str:
+    """Return the file name of ``rollout_id``'s log.
+
+    The digest suffix keeps ids that differ only by case apart on case-insensitive file systems.
+    """
+    tag = hashlib.sha256(rollout_id.encode("utf-8")).hexdigest()[:12]
+    return f"{rollout_id}.{tag}{_SUFFIX}"
+
+
+def rollout_id_of(name: str) -> str | None:
+    """Return the rollout id whose log is called ``name``, or None for any other file name."""
+    if name.startswith(".") or not name.endswith(_SUFFIX):
+        return None
+    rollout_id = name[: -len(_SUFFIX)].rpartition(".")[0]
+    return rollout_id if rollout_id and log_name(rollout_id) == name else None
+
+
+def sync_directory(dir_fd: int) -> None:
+    """Make the directory's entries (created, renamed or removed files) durable."""
+    os.fsync(dir_fd)
+
+
+class RolloutLog:
+    """The log of one rollout in one directory, as seen by one thread of one process.
+
+    ``state`` is valid only inside :meth:`locked`, where it reflects every complete record.
+    """
+
+    def __init__(self, dir_fd: int, root: str, rollout_id: str) -> None:
+        self._dir_fd = dir_fd
+        self.name = log_name(rollout_id)
+        self.path = os.path.join(root, self.name)
+        self.rollout_id = rollout_id
+        self.state = RolloutState(rollout_id)
+        self._fd = -1
+        self._identity = (0, 0)
+        self._offset = 0
+        self._replaced = False
+
+    def close(self) -> None:
+        """Release the file descriptor; the next :meth:`locked` reopens the file."""
+        if self._fd >= 0:
+            # A forked child may share this open file; only an explicit unlock frees the lock.
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+        self._fd = -1
+        self._identity = (0, 0)
+        self._offset = 0
+        self.state = RolloutState(self.rollout_id)
+
+    @contextmanager
+    def locked(self, *, create: bool) -> Iterator[bool]:
+        """Hold the rollout's lock, caught up with every complete record; yield whether it exists.
+
+        With ``create`` a missing log is created empty; without it a missing log is left missing
+        (and yields False). Raises :class:`CorruptStoreError` for damage before the tail or for
+        anything at the log's name that is not a regular file.
+        """
+        if not self._acquire(create):
+            yield False
+            return
+        try:
+            self._catch_up()
+            yield True
+        finally:
+            if self._replaced:
+                self._replaced = False
+                self.close()
+            elif self._fd >= 0:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _acquire(self, create: bool) -> bool:
+        for _ in range(_REOPEN_LIMIT):
+            if self._fd < 0 and not self._open(create):
+                return False
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                current = os.stat(self.name, dir_fd=self._dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                current = None
+            if current is not None and (current.st_dev, current.st_ino) == self._identity:
+                return True
+            self.close()
+        raise CorruptStoreError(
+            f"{self.path}: the file at this name changed every time it was locked "
+            f"({_REOPEN_LIMIT} attempts); the file system may not report stable inode numbers"
+        )
+
+    def _open(self, create: bool) -> bool:
+        flags = _OPEN_FLAGS | (os.O_CREAT if create else 0)
+        try:
+            fd = os.open(self.name, flags, 0o644, dir_fd=self._dir_fd)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EMLINK):
+                raise CorruptStoreError(
+                    f"{self.path}: expected a regular file, found a symlink; refusing to follow it"
+                ) from None
+            if exc.errno in (errno.EISDIR, errno.ENXIO, errno.EOPNOTSUPP):
+                raise CorruptStoreError(
+                    f"{self.path}: expected a regular file, found something else ({exc.strerror})"
+                ) from None
+            raise StoreWriteError(exc.errno, f"{self.path}: could not open the log: {exc}") from exc
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            raise CorruptStoreError(
+                f"{self.path}: expected a regular file, found mode {stat.filemode(info.st_mode)}"
+            )
+        self._fd = fd
+        self._identity = (info.st_dev, info.st_ino)
+        self._offset = 0
+        self.state = RolloutState(self.rollout_id)
+        return True
+
+    def _catch_up(self) -> None:
+        size = os.fstat(self._fd).st_size
+        if size < self._offset:
+            raise CorruptStoreError(
+                f"{self.path}: shrank to {size} bytes below the {self._offset} bytes "
+                "already read; it was truncated outside the store"
+            )
+        if size == self._offset:
+            return
+        data = _read(self._fd, self._offset, size - self._offset)
+        complete = data.rfind(b"\n") + 1
+        if complete < len(data):
+            # Appends happen under the lock, so an unterminated tail is a writer that died.
+            try:
+                os.ftruncate(self._fd, self._offset + complete)
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise StoreWriteError(
+                    exc.errno, f"{self.path}: could not cut off a torn final line: {exc}"
+                ) from exc
+        start = 0
+        while start < complete:
+            end = data.index(b"\n", start) + 1
+            self._apply(data[start:end])
+            self._offset += end - start
+            start = end
+
+    def _apply(self, line: bytes) -> None:
+        try:
+            self.state.apply(parse_record(line))
+        except ValueError as exc:
+            raise CorruptStoreError(
+                f"{self.path}: line {self.state.lines + 1} is not a valid record: {exc}"
+            ) from None
+
+    def append(self, records: Sequence[Record]) -> None:
+        """Append ``records`` durably (the header first if the log has none) and replay them.
+
+        Call only inside :meth:`locked`. On failure nothing is replayed, the bytes are cut off
+        again where possible, and :class:`StoreWriteError` is raised.
+        """
+        first = not self.state.opened
+        if first:
+            records = [open_record(self.rollout_id, uuid.uuid4().hex), *records]
+        data = b"".join(record.line for record in records)
+        try:
+            _write(self._fd, data, self._offset)
+            _sync_data(self._fd)
+            if first:
+                sync_directory(self._dir_fd)
+        except OSError as exc:
+            with suppress(OSError):
+                os.ftruncate(self._fd, self._offset)
+            self._replaced = True
+            raise StoreWriteError(
+                exc.errno, f"{self.path}: could not append {len(data)} bytes durably: {exc}"
+            ) from exc
+        for record in records:
+            self.state.apply(record)
+        self._offset += len(data)
+
+    def entries(self) -> list[TokenEntry]:
+        """Return one fresh entry per call id, in log order (call only inside :meth:`locked`).
+
+        Raises :class:`CorruptStoreError` naming the line of an entry that does not parse.
+        """
+        data = _read(self._fd, 0, self._offset)
+        entries: dict[str, TokenEntry] = {}
+        start = number = 0
+        while start < len(data):
+            end = data.index(b"\n", start) + 1
+            number += 1
+            if data.startswith(ENTRY_PREFIX, start):
+                record = parse_record(data[start:end])
+                try:
+                    entry = TokenEntry.from_json_bytes(record.payload)
+                except (ValueError, RecursionError) as exc:
+                    raise CorruptStoreError(
+                        f"{self.path}: line {number} holds an entry this reader refuses: {exc}"
+                    ) from None
+                if entry.rollout_id != self.rollout_id:
+                    raise CorruptStoreError(
+                        f"{self.path}: line {number} holds an entry of rollout "
+                        f"{entry.rollout_id!r} in the log of {self.rollout_id!r}"
+                    )
+                if entry.model_call_id != record.call:
+                    raise CorruptStoreError(
+                        f"{self.path}: line {number} files the entry of call "
+                        f"{entry.model_call_id!r} under call {record.call!r}"
+                    )
+                # A foreign writer's conflicting duplicate already marked the rollout; first wins.
+                entries.setdefault(record.call, entry)
+            start = end
+        return list(entries.values())
+
+    def replace_with_tombstone(self, reason: str, at: float) -> None:
+        """Atomically replace the log by a tombstone; call only inside :meth:`locked`."""
+        record = tombstone_record(self.rollout_id, reason, at)
+        temporary = f".{self.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(temporary, flags, 0o644, dir_fd=self._dir_fd)
+            try:
+                _write(fd, record.line, 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(temporary, self.name, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd)
+            sync_directory(self._dir_fd)
+        except OSError as exc:
+            with suppress(OSError):
+                os.unlink(temporary, dir_fd=self._dir_fd)
+            raise StoreWriteError(
+                exc.errno, f"{self.path}: could not replace the log by a tombstone: {exc}"
+            ) from exc
+        self._replaced = True
+
+    def remove(self) -> None:
+        """Unlink the log (or tombstone) durably; call only inside :meth:`locked`."""
+        try:
+            os.unlink(self.name, dir_fd=self._dir_fd)
+            sync_directory(self._dir_fd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreWriteError(exc.errno, f"{self.path}: could not remove it: {exc}") from exc
+        self._replaced = True
+
+
+def _read(fd: int, offset: int, size: int) -> bytes:
+    chunks = []
+    while size > 0:
+        chunk = os.pread(fd, size, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _write(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written

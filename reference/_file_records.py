@@ -1,0 +1,265 @@
+"""The record format of a rollout log, and the state a log's records replay to.
+
+A log is UTF-8 JSON, one record per line, appended under an exclusive lock. Its lines are:
+
+- ``{"epoch":E,"format":1,"kind":"open","rollout_id":R}``: always the first line; ``E`` names
+  this incarnation of the rollout id, so a snapshot of a deleted and reused id never matches.
+- ``{"kind":"entry","call":C,"entry":J}``: ``J`` is exactly ``TokenEntry.to_json_bytes()``,
+  embedded verbatim so the stored payload is the canonical bytes and nothing is re-serialized.
+  ``C`` (ASCII-escaped) repeats its ``model_call_id`` so that replaying a line never parses
+  the payload; ``RolloutLog.entries`` parses it once, at freeze.
+- ``{"call":C,"kind":"intent"}``: ``begin_call`` announced call ``C``.
+- ``{"call":C,"kind":"mark","reason":W}``: the rollout lost evidence; sticky.
+- ``{"kind":"freeze"}``: the fence; no new call is accepted after it.
+- ``{"at":T,"kind":"tombstone","reason":W,"rollout_id":R}``: the only line of a rollout that was
+  dropped or retired.
+
+``json.dumps`` escapes newlines inside strings, so a record never spans two lines whatever the
+call id holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from json.decoder import scanstring  # type: ignore[attr-defined]
+from typing import Any, Final
+
+__all__ = [
+    "ENTRY",
+    "ENTRY_PREFIX",
+    "ENTRY_SUFFIX",
+    "FORMAT",
+    "FREEZE",
+    "INTENT",
+    "MARK",
+    "OPEN",
+    "TOMBSTONE",
+    "Record",
+    "RolloutState",
+    "digest",
+    "entry_record",
+    "freeze_record",
+    "intent_record",
+    "mark_record",
+    "open_record",
+    "parse_record",
+    "tombstone_record",
+]
+
+FORMAT: Final = 1
+"""The log format this module writes and the only one it reads."""
+
+OPEN: Final = "open"
+ENTRY: Final = "entry"
+INTENT: Final = "intent"
+MARK: Final = "mark"
+FREEZE: Final = "freeze"
+TOMBSTONE: Final = "tombstone"
+
+ENTRY_PREFIX: Final = b'{"kind":"entry","call":'
+_ENTRY_FIELD: Final = ',"entry":'
+ENTRY_SUFFIX: Final = b"}\n"
+
+
+def digest(payload: bytes) -> bytes:
+    """Return the digest two payloads share exactly when their bytes are equal."""
+    return hashlib.blake2b(payload, digest_size=20).digest()
+
+
+@dataclass(frozen=True)
+class Record:
+    """One parsed (or about to be written) log line and the bytes that encode it."""
+
+    kind: str
+    line: bytes
+    call: str = ""
+    payload: bytes = b""
+    payload_digest: bytes = b""
+    epoch: str = ""
+    rollout_id: str = ""
+    at: float = 0.0
+
+
+def _encode(fields: dict[str, Any]) -> bytes:
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode(
+        "ascii"
+    ) + (b"\n")
+
+
+def open_record(rollout_id: str, epoch: str) -> Record:
+    """Return the header that starts every log of ``rollout_id``."""
+    line = _encode({"epoch": epoch, "format": FORMAT, "kind": OPEN, "rollout_id": rollout_id})
+    return Record(OPEN, line, epoch=epoch, rollout_id=rollout_id)
+
+
+def entry_record(model_call_id: str, payload: bytes) -> Record:
+    """Return the record of an entry whose canonical JSON is ``payload``."""
+    call = json.dumps(model_call_id, ensure_ascii=True).encode("ascii")
+    return Record(
+        ENTRY,
+        b"".join((ENTRY_PREFIX, call, _ENTRY_FIELD.encode("ascii"), payload, ENTRY_SUFFIX)),
+        call=model_call_id,
+        payload=payload,
+        payload_digest=digest(payload),
+    )
+
+
+def intent_record(model_call_id: str) -> Record:
+    """Return the record of a ``begin_call`` intent."""
+    return Record(INTENT, _encode({"call": model_call_id, "kind": INTENT}), call=model_call_id)
+
+
+def mark_record(model_call_id: str, reason: str) -> Record:
+    """Return the record that marks the rollout incomplete."""
+    line = _encode({"call": model_call_id, "kind": MARK, "reason": reason})
+    return Record(MARK, line, call=model_call_id)
+
+
+def freeze_record() -> Record:
+    """Return the fence record."""
+    return Record(FREEZE, _encode({"kind": FREEZE}))
+
+
+def tombstone_record(rollout_id: str, reason: str, at: float) -> Record:
+    """Return the single record of a dropped or retired rollout, written at time ``at``."""
+    line = _encode({"at": at, "kind": TOMBSTONE, "reason": reason, "rollout_id": rollout_id})
+    return Record(TOMBSTONE, line, rollout_id=rollout_id, at=at)
+
+
+def _string(fields: dict[str, Any], name: str) -> str:
+    value = fields.get(name)
+    if not isinstance(value, str):
+        raise ValueError(f"field {name!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _parse_entry(line: bytes) -> Record:
+    # Only the call id is decoded; the payload is checked for shape and parsed at freeze.
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"the line is not UTF-8: {exc}") from None
+    start = len(ENTRY_PREFIX)
+    if not text.startswith('"', start):
+        raise ValueError("an entry record must name its call as a JSON string")
+    try:
+        call, end = scanstring(text, start + 1)
+    except ValueError as exc:
+        raise ValueError(f"the call id of the entry is not a JSON string: {exc}") from None
+    if not text.startswith(_ENTRY_FIELD, end) or not text[:end].isascii():
+        raise ValueError("an entry record must hold an ASCII call id followed by its entry")
+    payload = line[end + len(_ENTRY_FIELD) : -len(ENTRY_SUFFIX)]
+    if not payload.startswith(b"{") or not line.endswith(b"}" + ENTRY_SUFFIX):
+        raise ValueError("the entry of an entry record must be a JSON object")
+    return Record(ENTRY, line, call=call, payload=payload, payload_digest=digest(payload))
+
+
+def parse_record(line: bytes) -> Record:
+    """Parse one complete line (its ``\\n`` included); raise ``ValueError`` saying what is wrong."""
+    if not line.endswith(b"\n"):
+        raise ValueError("the line does not end with a newline")
+    if line.startswith(ENTRY_PREFIX):
+        return _parse_entry(line)
+    try:
+        fields = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"the line is not JSON: {exc}") from None
+    if not isinstance(fields, dict):
+        raise ValueError(f"a record must be a JSON object, got {type(fields).__name__}")
+    kind = fields.get("kind")
+    if kind == OPEN:
+        if fields.get("format") != FORMAT:
+            raise ValueError(
+                f"log format {fields.get('format')!r} is not the format {FORMAT} this reader knows"
+            )
+        return Record(
+            OPEN, line, epoch=_string(fields, "epoch"), rollout_id=_string(fields, "rollout_id")
+        )
+    if kind in (INTENT, MARK):
+        return Record(kind, line, call=_string(fields, "call"))
+    if kind == FREEZE:
+        return Record(FREEZE, line)
+    if kind == TOMBSTONE:
+        at = fields.get("at")
+        if not isinstance(at, int | float) or isinstance(at, bool):
+            raise ValueError(f"field 'at' must be a number, got {type(at).__name__}")
+        return Record(TOMBSTONE, line, rollout_id=_string(fields, "rollout_id"), at=float(at))
+    if kind == ENTRY:
+        raise ValueError(f"an entry record must start with {ENTRY_PREFIX.decode()}")
+    raise ValueError(f"unknown record kind {kind!r}")
+
+
+@dataclass
+class RolloutState:
+    """What the records of one rollout log say, replayed in order.
+
+    ``version`` counts state changes (new entries, intents, marks); a freeze does not change
+    it, so repeated freezes agree (FREEZE-2) and any mark after a freeze changes it (DROP-4).
+    """
+
+    rollout_id: str
+    epoch: str = ""
+    digests: dict[str, bytes] = field(default_factory=dict)
+    intents: set[str] = field(default_factory=set)
+    marked: bool = False
+    frozen: bool = False
+    retired: bool = False
+    retired_at: float = 0.0
+    version: int = 0
+    lines: int = 0
+
+    @property
+    def opened(self) -> bool:
+        """Whether the log has its header, that is whether anything was ever written to it."""
+        return bool(self.epoch)
+
+    @property
+    def incomplete(self) -> bool:
+        """Whether a freeze now reports lost evidence: a mark, or an intent with no entry."""
+        return self.marked or any(call not in self.digests for call in self.intents)
+
+    @property
+    def snapshot_id(self) -> str:
+        """The id naming this incarnation at this version."""
+        return f"{self.epoch}-{self.version}"
+
+    def apply(self, record: Record) -> None:
+        """Advance by one record; raise ``ValueError`` if it cannot follow what came before."""
+        if self.retired:
+            raise ValueError(f"a {record.kind!r} record follows the tombstone")
+        if record.kind in (OPEN, TOMBSTONE):
+            if self.lines:
+                raise ValueError(f"a {record.kind!r} record must be the first line")
+            if record.rollout_id != self.rollout_id:
+                raise ValueError(
+                    f"the log belongs to rollout {record.rollout_id!r}, "
+                    f"expected {self.rollout_id!r}"
+                )
+            if record.kind == OPEN:
+                self.epoch = record.epoch
+            else:
+                self.retired = True
+                self.retired_at = record.at
+        elif not self.epoch:
+            raise ValueError(f"a {record.kind!r} record comes before the 'open' header")
+        elif record.kind == ENTRY:
+            known = self.digests.get(record.call)
+            if known is None:
+                self.digests[record.call] = record.payload_digest
+                self.version += 1
+            elif known != record.payload_digest:
+                # Never written by this store; fail closed if another writer left one.
+                self.marked = True
+                self.version += 1
+        elif record.kind == INTENT:
+            if record.call not in self.intents:
+                self.intents.add(record.call)
+                self.version += 1
+        elif record.kind == MARK:
+            self.marked = True
+            self.version += 1
+        elif record.kind == FREEZE:
+            self.frozen = True
+        self.lines += 1

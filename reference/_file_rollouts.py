@@ -1,0 +1,231 @@
+"""The contract's semantics over a directory of rollout logs, as blocking calls.
+
+:class:`RolloutLogs` is used by one thread at a time (the store's writer thread). Processes
+and other instances sharing the directory are kept apart by each log's lock, so every method
+sees the state every acknowledged write left behind.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+from reference._file_log import RolloutLog, rollout_id_of
+from reference._file_records import (
+    Record,
+    digest,
+    entry_record,
+    freeze_record,
+    intent_record,
+    mark_record,
+)
+from tokcap_spec.errors import ConflictingEntryError, RolloutFrozenError, RolloutRetiredError
+from tokcap_spec.protocols import TokenCaptureSnapshot
+
+__all__ = ["OPEN_LOG_LIMIT", "RolloutLogs"]
+
+OPEN_LOG_LIMIT = 64
+"""How many rollout logs one instance keeps open between calls."""
+
+_TOMBSTONE_SIZE_LIMIT = 1024
+
+
+def _retired(rollout_id: str) -> RolloutRetiredError:
+    return RolloutRetiredError(
+        f"rollout {rollout_id!r} was dropped or retired; it accepts no more writes "
+        "(delete it to reuse the id)"
+    )
+
+
+def _frozen(rollout_id: str, model_call_id: str) -> RolloutFrozenError:
+    return RolloutFrozenError(
+        f"rollout {rollout_id!r} is frozen; it accepts no new call, got {model_call_id!r}"
+    )
+
+
+class RolloutLogs:
+    """Every rollout log under ``root``; each method is one locked step on one rollout.
+
+    ``clock`` dates tombstones and decides which are old enough to sweep.
+    """
+
+    def __init__(self, root: str, clock: Callable[[], float] = time.time) -> None:
+        self._root = root
+        self._clock = clock
+        self._dir_fd = -1
+        self._logs: OrderedDict[str, RolloutLog] = OrderedDict()
+
+    def close(self) -> None:
+        """Close every open log and the directory; a later call opens them again."""
+        while self._logs:
+            self._logs.popitem()[1].close()
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
+
+    def _directory(self) -> int:
+        if self._dir_fd < 0:
+            self._dir_fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return self._dir_fd
+
+    def _log(self, rollout_id: str) -> RolloutLog:
+        log = self._logs.get(rollout_id)
+        if log is None:
+            log = RolloutLog(self._directory(), self._root, rollout_id)
+            self._logs[rollout_id] = log
+            if len(self._logs) > OPEN_LOG_LIMIT:
+                self._logs.popitem(last=False)[1].close()
+        else:
+            self._logs.move_to_end(rollout_id)
+        return log
+
+    def put(self, rollout_id: str, items: Sequence[tuple[str, bytes]]) -> list[Exception | None]:
+        """Store each ``(model_call_id, payload)`` in order; return each one's error or None.
+
+        All accepted records of the batch become durable with one sync. A conflicting re-put
+        durably marks the rollout incomplete and reports :class:`ConflictingEntryError`.
+        """
+        log = self._log(rollout_id)
+        with log.locked(create=True):
+            state = log.state
+            if state.retired:
+                return [_retired(rollout_id) for _ in items]
+            records: list[Record] = []
+            added: dict[str, bytes] = {}
+            outcomes: list[Exception | None] = []
+            for call, payload in items:
+                known = state.digests.get(call) or added.get(call)
+                if known is not None:
+                    if known == digest(payload):
+                        outcomes.append(None)
+                        continue
+                    records.append(mark_record(call, "conflicting re-put"))
+                    outcomes.append(
+                        ConflictingEntryError(
+                            f"rollout {rollout_id!r} already holds a different entry for "
+                            f"model_call_id {call!r}; the rollout is now marked incomplete"
+                        )
+                    )
+                elif state.frozen:
+                    outcomes.append(_frozen(rollout_id, call))
+                else:
+                    record = entry_record(call, payload)
+                    records.append(record)
+                    added[call] = record.payload_digest
+                    outcomes.append(None)
+            if records:
+                log.append(records)
+            return outcomes
+
+    def mark_incomplete(self, rollout_id: str, model_call_id: str) -> None:
+        """Durably mark the rollout incomplete, frozen or not."""
+        log = self._log(rollout_id)
+        with log.locked(create=True):
+            if log.state.retired:
+                raise _retired(rollout_id)
+            log.append([mark_record(model_call_id, "mark_incomplete")])
+
+    def begin_call(self, rollout_id: str, model_call_id: str) -> None:
+        """Durably announce a call; a known call is a no-op, a new one after freeze raises."""
+        log = self._log(rollout_id)
+        with log.locked(create=True):
+            state = log.state
+            if state.retired:
+                raise _retired(rollout_id)
+            if model_call_id in state.intents or model_call_id in state.digests:
+                return
+            if state.frozen:
+                raise _frozen(rollout_id, model_call_id)
+            log.append([intent_record(model_call_id)])
+
+    def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
+        """Fence the rollout durably and return what it holds now."""
+        log = self._log(rollout_id)
+        with log.locked(create=True):
+            state = log.state
+            if state.retired:
+                raise _retired(rollout_id)
+            if not state.frozen:
+                log.append([freeze_record()])
+            return TokenCaptureSnapshot(
+                rollout_id=rollout_id,
+                entries=tuple(log.entries()),
+                incomplete=state.incomplete,
+                snapshot_id=state.snapshot_id,
+                version=state.version,
+            )
+
+    def drop(self, rollout_id: str, snapshot_id: str, version: int) -> bool:
+        """Tombstone the rollout if it is frozen at exactly this snapshot; say whether it was."""
+        log = self._log(rollout_id)
+        with log.locked(create=False) as exists:
+            state = log.state
+            if not exists or state.retired or not state.frozen:
+                return False
+            if type(version) is not int or version != state.version:
+                return False
+            if snapshot_id != state.snapshot_id:
+                return False
+            log.replace_with_tombstone("drop", self._clock())
+            return True
+
+    def retire(self, rollout_id: str) -> None:
+        """Tombstone the rollout whatever its state; an existing tombstone is kept as it is."""
+        log = self._log(rollout_id)
+        with log.locked(create=True):
+            if not log.state.retired:
+                log.replace_with_tombstone("retire", self._clock())
+
+    def delete(self, rollout_id: str) -> None:
+        """Remove the rollout's log or tombstone, so the id starts again from nothing."""
+        log = self._log(rollout_id)
+        with log.locked(create=False) as exists:
+            if exists:
+                log.remove()
+
+    def sweep_tombstones(self, older_than_seconds: float) -> int:
+        """Remove tombstones written more than ``older_than_seconds`` ago; return how many.
+
+        Leftover temporary files of interrupted drops that old are removed too (not counted).
+        """
+        if not math.isfinite(older_than_seconds) or older_than_seconds < 0:
+            raise ValueError(
+                f"older_than_seconds must be a finite number >= 0, got {older_than_seconds!r}"
+            )
+        cutoff = self._clock() - older_than_seconds
+        dir_fd = self._directory()
+        removed = 0
+        for name in os.listdir(dir_fd):
+            if name.startswith(".") and name.endswith(".tmp"):
+                _remove_stale(dir_fd, name, cutoff)
+                continue
+            rollout_id = rollout_id_of(name)
+            if rollout_id is None or not _small_regular_file(dir_fd, name):
+                continue
+            log = self._log(rollout_id)
+            with log.locked(create=False) as exists:
+                if exists and log.state.retired and log.state.retired_at < cutoff:
+                    log.remove()
+                    removed += 1
+        return removed
+
+
+def _small_regular_file(dir_fd: int, name: str) -> bool:
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size <= _TOMBSTONE_SIZE_LIMIT
+
+
+def _remove_stale(dir_fd: int, name: str, cutoff: float) -> None:
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISREG(info.st_mode) and info.st_mtime < cutoff:
+            os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,200 @@
+"""DROP mutants: drops that refuse the exact snapshot, accept a wrong one, or destroy on refusal."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from base import BaseStore, RolloutState
+
+from tokcap_spec.protocols import TokenCaptureSnapshot
+
+
+class DropsOnlyOwnSnapshots(BaseStore):
+    """DROP-1: drop refuses snapshots this source instance did not hand out itself.
+
+    A guard against stale consumers remembers the snapshot ids it returned, in memory, so a
+    consumer in another process (or a fresh instance) can never drop.
+    """
+
+    breaks: ClassVar[str] = "DROP-1"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._handed_out: set[str] = set()
+
+    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+        found = super().snapshot(rollout_id, state)
+        self._handed_out.add(found.snapshot_id)
+        return found
+
+    def apply_drop(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+        return snapshot_id in self._handed_out and super().apply_drop(state, snapshot_id, version)
+
+
+class DropExpectsNextVersion(BaseStore):
+    """DROP-1: drop compares against the version the drop itself would write (off by one).
+
+    The store bumps the version before comparing, so the exact snapshot is refused and the
+    one after it accepted.
+    """
+
+    breaks: ClassVar[str] = "DROP-1"
+
+    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+        return super().matches(state, snapshot_id, version - 1)
+
+
+class DropIgnoresVersion(BaseStore):
+    """DROP-2: drop retires whenever the snapshot_id matches, whatever the version.
+
+    The version is stored but never compared.
+    """
+
+    breaks: ClassVar[str] = "DROP-2"
+
+    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+        return super().matches(state, snapshot_id, state.version)
+
+
+class DropIgnoresSnapshotId(BaseStore):
+    """DROP-2: drop retires whenever the version matches, whatever the snapshot_id.
+
+    Versions start at small numbers in every rollout, so a consumer holding another rollout's
+    snapshot (or a stale one) retires this one.
+    """
+
+    breaks: ClassVar[str] = "DROP-2"
+
+    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+        return super().matches(state, state.snapshot_id, version)
+
+
+class DropsUnfrozen(BaseStore):
+    """DROP-2: a rollout that was never frozen drops when the version matches.
+
+    The store checks the version but not that a freeze happened, so a consumer can retire a
+    rollout whose writers are still running.
+    """
+
+    breaks: ClassVar[str] = "DROP-2"
+
+    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+        if not state.frozen and not state.retired:
+            return version == state.version
+        return super().matches(state, snapshot_id, version)
+
+
+class UnknownDropSucceeds(BaseStore):
+    """DROP-2: drop of a rollout the store never saw returns True.
+
+    "Nothing to delete" is reported as success, as ``rm -f`` would.
+    """
+
+    breaks: ClassVar[str] = "DROP-2"
+
+    def apply_drop(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+        if state == RolloutState():
+            return True
+        return super().apply_drop(state, snapshot_id, version)
+
+
+class DropAcceptsNewerVersion(BaseStore):
+    """DROP-2: drop accepts any version at least the current one.
+
+    A ``>=`` where ``==`` belongs: a consumer passing a version from the future retires the
+    rollout.
+    """
+
+    breaks: ClassVar[str] = "DROP-2"
+
+    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+        return version >= state.version and super().matches(state, snapshot_id, state.version)
+
+
+class RefusedDropLosesRecords(BaseStore):
+    """DROP-3: a refused drop returns False but has already removed the records.
+
+    The store moves the records aside before comparing and forgets to move them back when
+    the comparison fails.
+    """
+
+    breaks: ClassVar[str] = "DROP-3"
+
+    def apply_drop(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+        matched = self.matches(state, snapshot_id, version)
+        state.entries.clear()
+        if matched:
+            self.tombstone(state)
+        return matched
+
+
+class RefusedDropUnfreezes(BaseStore):
+    """DROP-3: a refused drop lifts the fence so that the consumer can retry.
+
+    The next freeze mints a new snapshot_id, so the evidence the consumer holds no longer
+    names the rollout's state.
+    """
+
+    breaks: ClassVar[str] = "DROP-3"
+
+    def apply_drop(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+        if super().apply_drop(state, snapshot_id, version):
+            return True
+        state.frozen = False
+        state.snapshot_id = ""
+        return False
+
+
+class DropComparesFrozenVersion(BaseStore):
+    """DROP-4: drop compares the version recorded at freeze, not the rollout's live version.
+
+    A mark after freeze moves the version, but the old snapshot still matches what freeze
+    recorded, so the masked rollout is retired as if it were clean.
+    """
+
+    breaks: ClassVar[str] = "DROP-4"
+
+    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+        return (
+            state.frozen
+            and not state.retired
+            and state.snapshot_id == snapshot_id
+            and state.snapshot_version == version
+        )
+
+
+class KeepsRecordsAfterDrop(BaseStore):
+    """DROP-5: drop says True and fences the rollout, but its records still freeze.
+
+    The store claims to delete on drop yet only writes a tombstone flag; without
+    ``--tokcap-capability=no-delete`` the kit expects the records gone.
+    """
+
+    breaks: ClassVar[str] = "DROP-5"
+
+    def tombstone(self, state: RolloutState) -> None:
+        state.retired = True
+
+    def refuse_retired(self, rollout_id: str, state: RolloutState) -> None:
+        pass
+
+    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+        if state.retired:
+            BaseStore.refuse_retired(self, rollout_id, state)
+        super().apply_put(rollout_id, state, call, payload)
+
+    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+        if state.retired:
+            BaseStore.refuse_retired(self, rollout_id, state)
+        super().apply_mark(rollout_id, state, call)
+
+
+class DeletesDespiteNoDelete(BaseStore):
+    """DROP-5: declared no-delete (``--tokcap-capability=no-delete``), yet drop deletes.
+
+    The framework is told the transport is append-only and relies on dropped records staying
+    readable for audit, but the store removes them.
+    """
+
+    breaks: ClassVar[str] = "DROP-5"
+    flags: ClassVar[tuple[str, ...]] = ("--tokcap-capability=no-delete",)

@@ -1,0 +1,89 @@
+"""FENCE mutants: frozen rollouts that take new calls quietly, dropped rollouts that take any."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from base import BaseStore, RolloutState
+
+
+class LateWriteKeepsVersion(BaseStore):
+    """FENCE-1: a new call after freeze is stored without bumping the version.
+
+    A relaxed fence that forgot the version: the old snapshot still drops, and the late entry
+    is retired without ever being consumed.
+    """
+
+    breaks: ClassVar[str] = "FENCE-1"
+
+    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+        if state.frozen and not state.retired and call not in state.entries:
+            state.entries[call] = payload
+            return
+        super().apply_put(rollout_id, state, call, payload)
+
+
+class DiscardsLateWrites(BaseStore):
+    """FENCE-1: a new call after freeze is acked and thrown away.
+
+    The store treats frozen rollouts as read-only and "fails open": the worker believes the
+    call was captured.
+    """
+
+    breaks: ClassVar[str] = "FENCE-1"
+
+    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+        if state.frozen and not state.retired and call not in state.entries:
+            return
+        super().apply_put(rollout_id, state, call, payload)
+
+
+class RelaxedFenceJudgedStrict(BaseStore):
+    """FENCE-1: a correct relaxed fence, run with ``--tokcap-fence=strict``.
+
+    A new call after freeze is stored under a new version, which the contract allows, but a
+    framework that needs a strict fence declares it and must see the put refused.
+    """
+
+    breaks: ClassVar[str] = "FENCE-1"
+    flags: ClassVar[tuple[str, ...]] = ("--tokcap-fence=strict",)
+
+    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+        if state.frozen and not state.retired and call not in state.entries:
+            state.entries[call] = payload
+            state.version += 1
+            return
+        super().apply_put(rollout_id, state, call, payload)
+
+
+class NoTombstone(BaseStore):
+    """FENCE-2: drop deletes the rollout's file and leaves no tombstone.
+
+    A late put after the consumer dropped the rollout starts a new rollout under the same id,
+    which nobody will ever freeze.
+    """
+
+    breaks: ClassVar[str] = "FENCE-2"
+
+    def tombstone(self, state: RolloutState) -> None:
+        self.forget(state)
+
+
+class RetryAckedAfterDrop(BaseStore):
+    """FENCE-2: a re-put of a dropped call is acked as an idempotent retry.
+
+    The tombstone remembers the dropped payloads for de-duplication, and the de-duplication
+    runs before the tombstone check.
+    """
+
+    breaks: ClassVar[str] = "FENCE-2"
+
+    def tombstone(self, state: RolloutState) -> None:
+        remembered = dict(state.entries)
+        super().tombstone(state)
+        state.entries.update(remembered)
+
+    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+        if state.entries.get(call) == payload:
+            return
+        super().apply_put(rollout_id, state, call, payload)

@@ -1,0 +1,194 @@
+"""FREEZE mutants: badly typed identities, unstable snapshots, doubled or invented evidence."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any, ClassVar
+
+from base import BaseStore, RolloutState
+
+from tokcap_spec.ids import validate_rollout_id
+from tokcap_spec.protocols import TokenCaptureSnapshot
+
+
+def _with(found: TokenCaptureSnapshot, **changes: Any) -> TokenCaptureSnapshot:
+    fields = {
+        "rollout_id": found.rollout_id,
+        "entries": found.entries,
+        "incomplete": found.incomplete,
+        "snapshot_id": found.snapshot_id,
+        "version": found.version,
+    }
+    fields.update(changes)
+    return TokenCaptureSnapshot(**fields)
+
+
+class VersionAsString(BaseStore):
+    """FREEZE-1: the snapshot's version is a str.
+
+    The version is read back from a text protocol (a Redis reply, an HTTP header) and never
+    converted, so it compares unequal to every int a consumer passes back.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-1"
+
+    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+        return _with(super().snapshot(rollout_id, state), version=str(state.version))
+
+
+class VersionNone(BaseStore):
+    """FREEZE-1: the snapshot's version is None.
+
+    The store has no version of its own and leaves the field empty, so a consumer cannot
+    name the state it consumed.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-1"
+
+    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+        return _with(super().snapshot(rollout_id, state), version=None)
+
+
+class EmptySnapshotId(BaseStore):
+    """FREEZE-1: the snapshot_id is always empty.
+
+    The store relies on the version alone and leaves snapshot_id at its default.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-1"
+
+    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+        return _with(super().snapshot(rollout_id, state), snapshot_id="")
+
+
+class StorageKeyAsRolloutId(BaseStore):
+    """FREEZE-1: the snapshot names its storage file instead of the rollout id it was frozen from.
+
+    The reader builds snapshots from the files it scanned and fills rollout_id from the file
+    name.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-1"
+
+    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+        name = os.path.basename(self.state_path(rollout_id))
+        return _with(super().snapshot(rollout_id, state), rollout_id=name)
+
+
+class NewSnapshotIdEachFreeze(BaseStore):
+    """FREEZE-2: every freeze mints a new snapshot_id, even with no write in between.
+
+    The id is minted per call instead of per state, so a consumer that freezes twice (a retry,
+    a second reader) holds two names for one state.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-2"
+
+    def apply_freeze(self, rollout_id: str, state: RolloutState) -> None:
+        super().apply_freeze(rollout_id, state)
+        state.snapshot_id = uuid.uuid4().hex
+
+
+class FreezeBumpsVersion(BaseStore):
+    """FREEZE-2: every freeze counts as a state change and bumps the version.
+
+    The store treats "frozen at" as part of the state, so two freezes never agree.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-2"
+
+    def apply_freeze(self, rollout_id: str, state: RolloutState) -> None:
+        state.version += 1
+        super().apply_freeze(rollout_id, state)
+
+
+class InstanceLocalSnapshotId(BaseStore):
+    """FREEZE-2: snapshot ids live in the source instance's memory.
+
+    Each reader process mints its own id for the same state, so freezes from two instances
+    disagree and only the instance that froze can drop.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-2"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._ids: dict[tuple[str, int], str] = {}
+        self._dropping = ""
+
+    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+        local = self._ids.setdefault((rollout_id, state.version), uuid.uuid4().hex)
+        return _with(super().snapshot(rollout_id, state), snapshot_id=local)
+
+    def apply_drop(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+        known = self._ids.get((self._dropping, version))
+        return known == snapshot_id and super().apply_drop(state, state.snapshot_id, version)
+
+    async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
+        self._dropping = rollout_id
+        return await super().drop(rollout_id, snapshot_id=snapshot_id, version=version)
+
+
+class DoubledEntries(BaseStore):
+    """FREEZE-3: freeze returns every entry twice.
+
+    The reader merges the write-ahead log with the compacted table and does not de-duplicate
+    by model_call_id.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-3"
+
+    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+        found = super().snapshot(rollout_id, state)
+        copies = tuple(self.decode(stored) for stored in state.entries.values())
+        return _with(found, entries=found.entries + copies)
+
+
+class UnknownIsIncomplete(BaseStore):
+    """FREEZE-4: a rollout that was never written freezes incomplete.
+
+    The store reads "no state file" as "evidence lost", so a rollout whose model never got to
+    run is masked instead of being empty and clean.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-4"
+
+    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+        found = super().snapshot(rollout_id, state)
+        never_written = not state.entries and not state.intents and state.version == 0
+        return _with(found, incomplete=True) if never_written else found
+
+
+class UnknownRaises(BaseStore):
+    """FREEZE-4: freezing a rollout that was never written raises KeyError.
+
+    The reader looks the rollout up and treats a miss as an error instead of an empty
+    snapshot.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-4"
+
+    async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
+        if not os.path.exists(self.state_path(rollout_id)):
+            raise KeyError(rollout_id)
+        return await super().freeze(rollout_id)
+
+
+class ReadThenFence(BaseStore):
+    """FREEZE-5: freeze reads the entries first and fences in a second, separate step.
+
+    A put acked between the read and the fence is missing from the snapshot, yet the
+    snapshot carries the version that includes it, so dropping it retires an entry nobody
+    consumed.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-5"
+
+    async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
+        rollout_id = validate_rollout_id(rollout_id)
+        seen = self.load(rollout_id)
+        with self.transaction(rollout_id) as state:
+            self.apply_freeze(rollout_id, state)
+            found = self.snapshot(rollout_id, state)
+        return _with(found, entries=tuple(self.decode(stored) for stored in seen.entries.values()))

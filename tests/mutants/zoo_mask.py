@@ -1,0 +1,236 @@
+"""MASK mutants: marks that are lost, cleared, refused, unversioned, or that destroy evidence."""
+
+from __future__ import annotations
+
+import os
+from typing import ClassVar
+
+from base import BaseStore, RolloutState
+
+from tokcap_spec.errors import RolloutFrozenError
+from tokcap_spec.protocols import TokenCaptureSnapshot
+
+
+def _incomplete(found: TokenCaptureSnapshot) -> TokenCaptureSnapshot:
+    return TokenCaptureSnapshot(
+        found.rollout_id, found.entries, True, found.snapshot_id, found.version
+    )
+
+
+class IgnoresMark(BaseStore):
+    """MASK-1: mark_incomplete is acked and does nothing.
+
+    The method was stubbed out "until masking is supported", so failed calls vanish and the
+    rollout trains as if it were complete.
+    """
+
+    breaks: ClassVar[str] = "MASK-1"
+
+    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+        self.refuse_retired(rollout_id, state)
+
+
+class InstanceLocalMark(BaseStore):
+    """MASK-1: marks are kept in the sink instance's memory.
+
+    The sink remembers which rollouts it marked and reports them only through its own
+    freezes; a fresh source never hears of them.
+    """
+
+    breaks: ClassVar[str] = "MASK-1"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._marked: set[str] = set()
+
+    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+        self.refuse_retired(rollout_id, state)
+        self._marked.add(rollout_id)
+        state.version += 1
+
+    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+        found = super().snapshot(rollout_id, state)
+        return _incomplete(found) if rollout_id in self._marked else found
+
+
+_MARKED: set[tuple[str, str]] = set()
+
+
+class ProcessLocalMark(BaseStore):
+    """MASK-1: marks are kept in a module-level set, per process.
+
+    Entries are durable but marks are not: a mark made by a spawned worker is never seen by
+    the consumer's process.
+    """
+
+    breaks: ClassVar[str] = "MASK-1"
+
+    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+        self.refuse_retired(rollout_id, state)
+        _MARKED.add((self.root, rollout_id))
+        state.version += 1
+
+    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+        found = super().snapshot(rollout_id, state)
+        return _incomplete(found) if (self.root, rollout_id) in _MARKED else found
+
+
+class PutClearsIncomplete(BaseStore):
+    """MASK-2: a later successful put clears the incomplete flag.
+
+    The store reads "a call succeeded" as "the rollout recovered".
+    """
+
+    breaks: ClassVar[str] = "MASK-2"
+
+    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+        before = state.version
+        super().apply_put(rollout_id, state, call, payload)
+        if state.version != before:
+            state.incomplete = False
+
+
+class MarkToggles(BaseStore):
+    """MASK-2: mark_incomplete flips the flag, so a second mark clears it.
+
+    The flag is stored with a toggle (``XOR``, ``HINCRBY ... % 2``) instead of a set.
+    """
+
+    breaks: ClassVar[str] = "MASK-2"
+
+    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+        self.refuse_retired(rollout_id, state)
+        state.incomplete = not state.incomplete
+        state.version += 1
+
+
+class FreezeConsumesMark(BaseStore):
+    """MASK-2: freeze reports incomplete once and then clears the flag.
+
+    The flag is treated as a notification to be consumed, so the second reader sees a clean
+    rollout.
+    """
+
+    breaks: ClassVar[str] = "MASK-2"
+
+    async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
+        found = await super().freeze(rollout_id)
+        with self.transaction(rollout_id) as state:
+            state.incomplete = False
+        return found
+
+
+class IgnoresMarkAfterFreeze(BaseStore):
+    """MASK-3: a mark after freeze is acked and ignored.
+
+    The store treats a frozen rollout as read-only, so a failure discovered late never
+    reaches the consumer.
+    """
+
+    breaks: ClassVar[str] = "MASK-3"
+
+    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+        if state.frozen and not state.retired:
+            return
+        super().apply_mark(rollout_id, state, call)
+
+
+class RefusesMarkAfterFreeze(BaseStore):
+    """MASK-3: a mark after freeze raises RolloutFrozenError.
+
+    The strict fence is applied to marks as well as to new calls.
+    """
+
+    breaks: ClassVar[str] = "MASK-3"
+
+    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+        if state.frozen and not state.retired:
+            raise RolloutFrozenError(f"rollout {rollout_id!r} is frozen")
+        super().apply_mark(rollout_id, state, call)
+
+
+class MarkKeepsVersion(BaseStore):
+    """MASK-3: mark_incomplete sets the flag without moving the version.
+
+    The version counts entries, not state changes, so the snapshot taken before the mark
+    still drops.
+    """
+
+    breaks: ClassVar[str] = "MASK-3"
+
+    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+        self.refuse_retired(rollout_id, state)
+        state.incomplete = True
+
+
+class ConflictKeptFirst(BaseStore):
+    """MASK-4: a conflicting re-put is acked, keeps the first payload and leaves the rollout clean.
+
+    The store treats every re-put of a known call id as a harmless retry without comparing
+    the payload.
+    """
+
+    breaks: ClassVar[str] = "MASK-4"
+
+    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+        if call in state.entries and not state.retired:
+            return
+        super().apply_put(rollout_id, state, call, payload)
+
+
+class MaskDiscardsEntries(BaseStore):
+    """MASK-5: marking a rollout incomplete deletes its entries.
+
+    A masked rollout "will not be trained on anyway", so the store frees the space, and the
+    evidence of what went wrong with it.
+    """
+
+    breaks: ClassVar[str] = "MASK-5"
+
+    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+        super().apply_mark(rollout_id, state, call)
+        state.entries.clear()
+
+
+class MaskedNeverDrops(BaseStore):
+    """MASK-5: drop refuses every incomplete rollout.
+
+    The store only retires clean rollouts, so masked ones pile up for ever.
+    """
+
+    breaks: ClassVar[str] = "MASK-5"
+
+    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+        return not state.incomplete and super().matches(state, snapshot_id, version)
+
+
+class RequiresMarkCallId(BaseStore):
+    """MASK-6: mark_incomplete refuses the empty model_call_id.
+
+    The store validates the call id as it does for put, although ``""`` is the documented
+    way to mark a rollout without naming a call.
+    """
+
+    breaks: ClassVar[str] = "MASK-6"
+
+    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+        if not call:
+            raise ValueError("model_call_id must not be empty")
+        super().apply_mark(rollout_id, state, call)
+
+
+class MarkerFilePerCall(BaseStore):
+    """MASK-6: each mark also writes a marker file named by the call id.
+
+    Call ids that are empty, contain ``/`` or exceed the file name limit cannot be file
+    names, so those marks fail.
+    """
+
+    breaks: ClassVar[str] = "MASK-6"
+
+    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+        super().apply_mark(rollout_id, state, call)
+        folder = os.path.join(self.root, "marks", self.key(rollout_id))
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, call), "w", encoding="utf-8") as marker:
+            marker.write("incomplete\n")

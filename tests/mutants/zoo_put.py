@@ -1,0 +1,390 @@
+"""PUT mutants: early acks, lossy round trips, wrong re-put rules, merged rollouts, mangled ids."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+from base import BaseStore, RolloutState
+
+from tokcap_spec.errors import ConflictingEntryError, RolloutFrozenError
+from tokcap_spec.records import TokenEntry
+
+
+class BuffersUntilClose(BaseStore):
+    """PUT-1: put acks at once and keeps the entry in memory until close writes it.
+
+    Write-behind buffering makes puts cheap; a worker that is killed, or a consumer that
+    freezes before the sink closes, never sees acknowledged entries.
+    """
+
+    breaks: ClassVar[str] = "PUT-1"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._pending: list[TokenEntry] = []
+
+    async def put(self, entry: TokenEntry) -> None:
+        self._pending.append(entry)
+
+    async def close(self) -> None:
+        pending, self._pending = self._pending, []
+        for entry in pending:
+            await BaseStore.put(self, entry)
+        await super().close()
+
+
+class GroupCommit(BaseStore):
+    """PUT-1: puts are written in groups of four; the last partial group waits for close.
+
+    Group commit amortizes fsync, but acks each put before its group is written.
+    """
+
+    breaks: ClassVar[str] = "PUT-1"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._group: list[TokenEntry] = []
+
+    async def put(self, entry: TokenEntry) -> None:
+        self._group.append(entry)
+        if len(self._group) == 4:
+            await self._commit()
+
+    async def _commit(self) -> None:
+        group, self._group = self._group, []
+        for entry in group:
+            await BaseStore.put(self, entry)
+
+    async def close(self) -> None:
+        await self._commit()
+        await super().close()
+
+
+class Float32LogProbs(BaseStore):
+    """PUT-2: log probs are stored as float32.
+
+    A columnar or tensor transport picks float32 for log probs, which loses the low bits the
+    trainer's importance ratios depend on.
+    """
+
+    breaks: ClassVar[str] = "PUT-2"
+
+    def encode(self, entry: TokenEntry) -> str:
+        data = entry.model_dump()
+        data["generation_log_probs"] = [
+            struct.unpack("f", struct.pack("f", value))[0] for value in data["generation_log_probs"]
+        ]
+        return TokenEntry(**data).to_json_bytes().decode("utf-8")
+
+
+class InfinityBecomesZero(BaseStore):
+    """PUT-2: ``-inf`` log probs are written as JSON null and read back as 0.0.
+
+    Plain ``model_dump_json`` writes non-finite floats as null; a lenient reader then fills the
+    gaps with 0.0, turning an impossible token into a certain one.
+    """
+
+    breaks: ClassVar[str] = "PUT-2"
+
+    def encode(self, entry: TokenEntry) -> str:
+        return entry.model_dump_json()
+
+    def decode(self, stored: str) -> TokenEntry:
+        data = json.loads(stored)
+        data["generation_log_probs"] = [
+            0.0 if value is None else value for value in data["generation_log_probs"]
+        ]
+        return TokenEntry(**data)
+
+
+class NegativeZeroBecomesZero(BaseStore):
+    """PUT-2: ``-0.0`` log probs come back as ``0.0``.
+
+    A numeric normalization pass (adding 0.0, or a decimal column) loses the sign of zero, so
+    frozen entries no longer equal the entries put, bit for bit.
+    """
+
+    breaks: ClassVar[str] = "PUT-2"
+
+    def encode(self, entry: TokenEntry) -> str:
+        data = entry.model_dump()
+        data["generation_log_probs"] = [value + 0.0 for value in data["generation_log_probs"]]
+        return TokenEntry(**data).to_json_bytes().decode("utf-8")
+
+
+class DropsExtraFields(BaseStore):
+    """PUT-2: only the declared TokenEntry fields are stored; unknown extra fields are lost.
+
+    A store with a fixed table schema keeps the columns it knows and silently drops the rest.
+    """
+
+    breaks: ClassVar[str] = "PUT-2"
+
+    def encode(self, entry: TokenEntry) -> str:
+        known = set(TokenEntry.model_fields)
+        data = {key: value for key, value in entry.model_dump().items() if key in known}
+        return TokenEntry(**data).to_json_bytes().decode("utf-8")
+
+
+class ReplacesUnicode(BaseStore):
+    """PUT-2: text outside latin-1 is replaced by ``?`` on the way to storage.
+
+    The transport writes its JSON as text, unescaped, through a latin-1 codec with
+    ``errors="replace"``.
+    """
+
+    breaks: ClassVar[str] = "PUT-2"
+
+    def encode(self, entry: TokenEntry) -> str:
+        text = json.dumps(entry.model_dump(), sort_keys=True, ensure_ascii=False, allow_nan=True)
+        return text.encode("latin-1", "replace").decode("latin-1")
+
+
+class MillisecondTimestamps(BaseStore):
+    """PUT-2: ``created_at`` is stored with millisecond precision.
+
+    A timestamp(3) database column rounds the float every entry carries.
+    """
+
+    breaks: ClassVar[str] = "PUT-2"
+
+    def encode(self, entry: TokenEntry) -> str:
+        data = entry.model_dump()
+        data["created_at"] = round(data["created_at"], 3)
+        return TokenEntry(**data).to_json_bytes().decode("utf-8")
+
+
+class NullExpertsBecomeEmpty(BaseStore):
+    """PUT-2: ``routed_experts=None`` comes back as an empty list.
+
+    A non-nullable list column cannot tell "no routing recorded" from "no experts".
+    """
+
+    breaks: ClassVar[str] = "PUT-2"
+
+    def encode(self, entry: TokenEntry) -> str:
+        data = entry.model_dump()
+        data["routed_experts"] = data["routed_experts"] or []
+        return TokenEntry(**data).to_json_bytes().decode("utf-8")
+
+
+class AppendsDuplicates(BaseStore):
+    """PUT-3: an identical re-put is appended as a second copy of the entry.
+
+    An append-only log retried by an at-least-once client, read back without de-duplication,
+    trains on the same call twice.
+    """
+
+    breaks: ClassVar[str] = "PUT-3"
+
+    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+        if state.entries.get(call) == payload and not state.retired:
+            state.entries[f"{call}\x00copy{len(state.entries)}"] = payload
+            state.version += 1
+            return
+        super().apply_put(rollout_id, state, call, payload)
+
+
+class ReputIsConflict(BaseStore):
+    """PUT-3: any re-put of a known call id is treated as a conflict, identical or not.
+
+    The store compares by "call id seen" instead of by payload bytes, so every at-least-once
+    retry masks its rollout and raises.
+    """
+
+    breaks: ClassVar[str] = "PUT-3"
+
+    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+        if call in state.entries and not state.retired:
+            state.incomplete = True
+            state.version += 1
+            raise ConflictingEntryError(f"model_call_id {call!r} was already stored")
+        super().apply_put(rollout_id, state, call, payload)
+
+
+class FenceBeforeDedupe(BaseStore):
+    """PUT-3: after freeze, an identical re-put raises RolloutFrozenError instead of being a no-op.
+
+    The fence is checked before the payload comparison, so a client's retry that arrives
+    after the consumer froze the rollout fails although it changes nothing.
+    """
+
+    breaks: ClassVar[str] = "PUT-3"
+
+    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+        if state.frozen and not state.retired:
+            raise RolloutFrozenError(f"rollout {rollout_id!r} is frozen; refusing {call!r}")
+        super().apply_put(rollout_id, state, call, payload)
+
+
+class LastWriterWins(BaseStore):
+    """PUT-4: a different payload under a known call id silently replaces the first one.
+
+    Upsert semantics (``SET key value``): the rollout freezes clean with tokens that may not
+    be the ones the response was built from.
+    """
+
+    breaks: ClassVar[str] = "PUT-4"
+
+    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+        known = state.entries.get(call)
+        if known is not None and known != payload and not state.retired:
+            state.entries[call] = payload
+            state.version += 1
+            return
+        super().apply_put(rollout_id, state, call, payload)
+
+
+class CaseFoldedRollouts(BaseStore):
+    """PUT-5: rollout ids that differ only by case share one rollout.
+
+    The store's files live on a case-insensitive filesystem (or its keys are lower-cased), so
+    ``run.A`` and ``run.a`` are one rollout.
+    """
+
+    breaks: ClassVar[str] = "PUT-5"
+
+    def key(self, rollout_id: str) -> str:
+        return rollout_id.lower()
+
+
+class NormalizedSeparators(BaseStore):
+    """PUT-5: ``.``, ``_`` and ``-`` in rollout ids are all mapped to ``_``.
+
+    A key sanitizer meant to make ids safe for another system merges distinct rollouts.
+    """
+
+    breaks: ClassVar[str] = "PUT-5"
+
+    def key(self, rollout_id: str) -> str:
+        return re.sub(r"[._-]", "_", rollout_id)
+
+
+class MarksByTask(BaseStore):
+    """PUT-5: a mark is recorded for the task (the id before the first ``.``) and read from it.
+
+    The store assumes ``<task>.<sample>`` ids and masks a whole task when one sample fails, so
+    marking one rollout marks its neighbours.
+    """
+
+    breaks: ClassVar[str] = "PUT-5"
+
+    def task(self, rollout_id: str) -> str:
+        return rollout_id.split(".", 1)[0] + ".task"
+
+    async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
+        await super().mark_incomplete(rollout_id, model_call_id)
+        with self.transaction(self.task(rollout_id)) as task:
+            task.incomplete = True
+
+    def snapshot(self, rollout_id: str, state: RolloutState) -> Any:
+        found = super().snapshot(rollout_id, state)
+        if self.load(self.task(rollout_id)).incomplete and not found.incomplete:
+            return type(found)(
+                found.rollout_id, found.entries, True, found.snapshot_id, found.version
+            )
+        return found
+
+
+_COUNTER = "zz-store-wide-counter"
+
+
+class StoreWideVersion(BaseStore):
+    """PUT-5: a snapshot's version is the store-wide change counter, not the rollout's own.
+
+    Versions come from one global sequence (a Redis INCR key, a database LSN) read at freeze
+    and at drop, so a write to any other rollout makes a frozen rollout's drop fail and its
+    next freeze mint a new snapshot.
+    """
+
+    breaks: ClassVar[str] = "PUT-5"
+
+    def global_version(self) -> int:
+        return self.load(_COUNTER).version
+
+    @contextmanager
+    def transaction(self, rollout_id: str) -> Iterator[RolloutState]:
+        with super().transaction(rollout_id) as state:
+            before = state.version
+            try:
+                yield state
+            finally:
+                if state.version != before:
+                    with super().transaction(_COUNTER) as counter:
+                        counter.version += 1
+
+    def apply_freeze(self, rollout_id: str, state: RolloutState) -> None:
+        self.refuse_retired(rollout_id, state)
+        state.frozen = True
+        current = self.global_version()
+        if not state.snapshot_id or state.snapshot_version != current:
+            state.snapshot_id = uuid.uuid4().hex
+            state.snapshot_version = current
+
+    def snapshot(self, rollout_id: str, state: RolloutState) -> Any:
+        found = super().snapshot(rollout_id, state)
+        return type(found)(
+            found.rollout_id,
+            found.entries,
+            found.incomplete,
+            found.snapshot_id,
+            self.global_version(),
+        )
+
+    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+        current = self.global_version()
+        return (
+            state.frozen
+            and not state.retired
+            and state.snapshot_id == snapshot_id
+            and state.snapshot_version == current
+            and version == current
+        )
+
+
+class FirstLineCallIds(BaseStore):
+    """PUT-6: a call id is cut at its first newline.
+
+    The store keeps a line-oriented index of call ids and rewrites each entry with the id it
+    could index, so a multi-line id comes back as its first line.
+    """
+
+    breaks: ClassVar[str] = "PUT-6"
+
+    async def put(self, entry: TokenEntry) -> None:
+        first = entry.model_call_id.split("\n", 1)[0] or "-"
+        await super().put(entry.model_copy(update={"model_call_id": first}))
+
+
+class TruncatedCallIds(BaseStore):
+    """PUT-6: call ids longer than 255 characters are truncated.
+
+    One file per call, named by its id, hits the 255-byte file name limit; the store
+    truncates the name and the id with it.
+    """
+
+    breaks: ClassVar[str] = "PUT-6"
+
+    async def put(self, entry: TokenEntry) -> None:
+        short = entry.model_call_id[:255]
+        await super().put(entry.model_copy(update={"model_call_id": short}))
+
+
+class SanitizedCallIdKeys(BaseStore):
+    """PUT-6: call ids are keyed with ``/`` and ``\\`` replaced by ``_``, so look-alikes collide.
+
+    The store names a file per call after a sanitized id; ``a/b`` and ``a_b`` land on one key,
+    and the second of them is refused as a conflicting re-put of the first.
+    """
+
+    breaks: ClassVar[str] = "PUT-6"
+
+    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+        key = call.replace("/", "_").replace("\\", "_")
+        super().apply_put(rollout_id, state, key, payload)

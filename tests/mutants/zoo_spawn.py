@@ -1,0 +1,153 @@
+"""SPAWN mutants: stores that only work in the launcher process, alone, or for themselves."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from typing import IO, ClassVar
+
+from base import BaseStore, RolloutState
+
+from tokcap_spec.protocols import installed_token_sink
+
+
+class NeedsLauncherInstall(BaseStore):
+    """SPAWN-1: the constructor needs the sink the launcher installed in its own process.
+
+    The class reuses the connection of ``installed_token_sink()``. The launcher (here the
+    ``zoo_launcher`` pytest plugin) installs one, so everything works in its process, but a
+    spawned worker inherits nothing and cannot build the sink.
+    """
+
+    breaks: ClassVar[str] = "SPAWN-1"
+    flags: ClassVar[tuple[str, ...]] = ("-p", "zoo_launcher")
+
+    def __init__(self, root: str) -> None:
+        if installed_token_sink() is None:
+            raise RuntimeError(
+                "no token sink is installed in this process; call install_token_sink() at launch"
+            )
+        super().__init__(root)
+
+
+class OwnerProcessOnly(BaseStore):
+    """SPAWN-1: the first process to open the directory owns it; every other process is refused.
+
+    A fork-safety guard records the owner's pid in the store and refuses to open from any
+    other pid, which also refuses every freshly spawned worker.
+    """
+
+    breaks: ClassVar[str] = "SPAWN-1"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        owner = os.path.join(self.root, "owner.pid")
+        try:
+            descriptor = os.open(owner, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            with open(owner, encoding="ascii") as handle:
+                pid = int(handle.read() or 0)
+            if pid != os.getpid():
+                raise RuntimeError(f"store is owned by process {pid}, not {os.getpid()}") from None
+        else:
+            with os.fdopen(descriptor, "w", encoding="ascii") as handle:
+                handle.write(str(os.getpid()))
+
+
+_OPEN: dict[str, tuple[IO[str], int]] = {}
+
+
+class ExclusiveOpen(BaseStore):
+    """SPAWN-2: an open store holds a non-blocking exclusive lock on its directory until close.
+
+    Single-writer embedded databases take such a lock. Instances in one process share it, and
+    workers that open the store one after another succeed, but workers that open it at the
+    same moment fail with "resource temporarily unavailable".
+    """
+
+    breaks: ClassVar[str] = "SPAWN-2"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        held = _OPEN.get(self.root)
+        if held is None:
+            handle = open(os.path.join(self.root, "open.lock"), "a")  # noqa: SIM115
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                raise RuntimeError(f"store {self.root} is open in another process") from None
+            held = (handle, 0)
+        _OPEN[self.root] = (held[0], held[1] + 1)
+
+    async def close(self) -> None:
+        if not self.closed:
+            handle, count = _OPEN[self.root]
+            if count == 1:
+                del _OPEN[self.root]
+                handle.close()
+            else:
+                _OPEN[self.root] = (handle, count - 1)
+        await super().close()
+
+
+_RECORDS: dict[str, str] = {}
+
+
+class ProcessMemoryRecords(BaseStore):
+    """SPAWN-3: rollout state lives in a module-level dict.
+
+    Every instance in one process shares it, so a single-process test suite passes, but what
+    a spawned worker acks stays in the worker.
+    """
+
+    breaks: ClassVar[str] = "SPAWN-3"
+
+    def load(self, rollout_id: str) -> RolloutState:
+        stored = _RECORDS.get(self.state_path(rollout_id))
+        return RolloutState() if stored is None else RolloutState(**json.loads(stored))
+
+    def save(self, rollout_id: str, state: RolloutState) -> None:
+        if state.deleted:
+            _RECORDS.pop(self.state_path(rollout_id), None)
+        else:
+            _RECORDS[self.state_path(rollout_id)] = json.dumps(state.__dict__)
+
+
+class PidShards(BaseStore):
+    """SPAWN-3: each process writes and reads its own shard directory, named by its pid.
+
+    Sharding by writer avoids lock contention, but the reader only looks at its own shard, so
+    entries acked by other processes are never frozen.
+    """
+
+    breaks: ClassVar[str] = "SPAWN-3"
+
+    def state_path(self, rollout_id: str) -> str:
+        shard = os.path.join(self.root, "rollouts", str(os.getpid()))
+        os.makedirs(shard, exist_ok=True)
+        return os.path.join(shard, self.key(rollout_id) + ".json")
+
+
+class UnlockedWrites(BaseStore):
+    """SPAWN-4: each write is a read-modify-write of the rollout file without a lock.
+
+    The atomic rename keeps every file whole, so one writer at a time never notices; but
+    workers writing one rollout at the same moment overwrite each other's acked entries.
+    """
+
+    breaks: ClassVar[str] = "SPAWN-4"
+
+    @contextlib.contextmanager
+    def transaction(self, rollout_id: str) -> Iterator[RolloutState]:
+        state = self.load(rollout_id)
+        before = copy.deepcopy(state)
+        try:
+            yield state
+        finally:
+            if state != before:
+                self.save(rollout_id, state)

@@ -1,0 +1,177 @@
+"""The writer thread that does a store's blocking work (reference._file_writer)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+from pathlib import Path
+
+import pytest
+
+from reference._file_rollouts import RolloutLogs
+from reference._file_writer import WriterThread
+from tokcap_spec.errors import RolloutFrozenError
+from tokcap_spec.records import TokenEntry
+
+
+def payload(call: str) -> bytes:
+    return TokenEntry(rollout_id="r", model_call_id=call, created_at=1.0).to_json_bytes()
+
+
+def alive(name: str) -> int:
+    return sum(thread.name == name for thread in threading.enumerate())
+
+
+@pytest.fixture
+def name(request: pytest.FixtureRequest) -> str:
+    return f"writer-under-test-{request.node.name}"
+
+
+class TestRun:
+    def test_jobs_run_in_order_on_one_other_thread(self, tmp_path: Path, name: str) -> None:
+        """Jobs run one after another, in submission order, off the event loop's thread."""
+        writer = WriterThread(str(tmp_path), name)
+        seen: list[tuple[int, str]] = []
+
+        def job(index: int) -> object:
+            return lambda logs: seen.append((index, threading.current_thread().name))
+
+        async def scenario() -> None:
+            await asyncio.gather(*(writer.run(job(i)) for i in range(20)))
+            await writer.close()
+
+        asyncio.run(scenario())
+        assert seen == [(i, name) for i in range(20)]
+
+    def test_a_job_error_reaches_its_caller_only(self, tmp_path: Path, name: str) -> None:
+        """A job that raises fails its own caller and leaves the thread serving others."""
+        writer = WriterThread(str(tmp_path), name)
+
+        def boom(logs: RolloutLogs) -> None:
+            raise KeyError("boom")
+
+        async def scenario() -> list[object]:
+            results = await asyncio.gather(
+                writer.run(boom), writer.run(lambda logs: 7), return_exceptions=True
+            )
+            await writer.close()
+            return results
+
+        failed, answered = asyncio.run(scenario())
+        assert isinstance(failed, KeyError)
+        assert answered == 7
+
+    def test_serves_several_event_loops(self, tmp_path: Path, name: str) -> None:
+        """One writer answers callers on different loops in different threads."""
+        writer = WriterThread(str(tmp_path), name)
+        answers: list[int] = []
+
+        def call(value: int) -> None:
+            answers.append(asyncio.run(writer.run(lambda logs: value)))
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        asyncio.run(writer.close())
+        assert sorted(answers) == [0, 1, 2, 3]
+
+
+class TestPut:
+    def test_puts_queued_together_each_get_their_outcome(self, tmp_path: Path, name: str) -> None:
+        """Concurrent puts are acked or refused one by one, even when written as one batch."""
+        writer = WriterThread(str(tmp_path), name)
+
+        async def scenario() -> list[object]:
+            await writer.run(lambda logs: logs.freeze("frozen"))
+            results = await asyncio.gather(
+                *(writer.put("r", f"c{i}", payload(f"c{i}")) for i in range(10)),
+                writer.put("frozen", "c", payload("c")),
+                return_exceptions=True,
+            )
+            await writer.close()
+            return results
+
+        results = asyncio.run(scenario())
+        assert results[:10] == [None] * 10
+        assert isinstance(results[10], RolloutFrozenError)
+
+    def test_a_caller_that_went_away_does_not_stop_the_thread(
+        self, tmp_path: Path, name: str
+    ) -> None:
+        """A put whose loop closed before the answer still lands, and the thread keeps going."""
+        writer = WriterThread(str(tmp_path), name)
+        gate = threading.Event()
+
+        async def abandon() -> None:
+            await writer.run(lambda logs: None)
+            blocked = asyncio.ensure_future(writer.run(lambda logs: gate.wait(10)))
+            put = asyncio.ensure_future(writer.put("r", "c", payload("c")))
+            await asyncio.sleep(0)
+            blocked.cancel()
+            put.cancel()
+
+        asyncio.run(abandon())
+        gate.set()
+
+        async def check() -> int:
+            snapshot = await writer.run(lambda logs: logs.freeze("r"))
+            await writer.close()
+            return len(snapshot.entries)
+
+        assert asyncio.run(check()) == 1
+
+
+class TestClose:
+    def test_close_stops_the_thread_and_is_idempotent(self, tmp_path: Path, name: str) -> None:
+        """Close ends the thread; a second close does nothing."""
+        writer = WriterThread(str(tmp_path), name)
+
+        async def scenario() -> None:
+            await writer.run(lambda logs: None)
+            assert alive(name) == 1
+            await writer.close()
+            await writer.close()
+
+        asyncio.run(scenario())
+        for thread in threading.enumerate():
+            if thread.name == name:
+                thread.join(timeout=10)
+        assert alive(name) == 0
+
+    def test_close_finishes_jobs_queued_before_it(self, tmp_path: Path, name: str) -> None:
+        """Work queued before close completes before close returns."""
+        writer = WriterThread(str(tmp_path), name)
+        done: list[int] = []
+
+        async def scenario() -> None:
+            pending = [
+                asyncio.ensure_future(writer.run(lambda logs, i=i: done.append(i)))
+                for i in range(5)
+            ]
+            await asyncio.sleep(0)
+            await writer.close()
+            assert all(task.done() for task in pending)
+
+        asyncio.run(scenario())
+        assert done == [0, 1, 2, 3, 4]
+
+    def test_a_closed_writer_starts_again(self, tmp_path: Path, name: str) -> None:
+        """A call after close starts a new thread."""
+        writer = WriterThread(str(tmp_path), name)
+        asyncio.run(writer.run(lambda logs: None))
+        asyncio.run(writer.close())
+        assert asyncio.run(writer.run(lambda logs: 5)) == 5
+        asyncio.run(writer.close())
+
+    def test_a_forgotten_writer_stops_its_thread(self, tmp_path: Path, name: str) -> None:
+        """Garbage-collecting an unclosed writer ends its thread."""
+        writer = WriterThread(str(tmp_path), name)
+        asyncio.run(writer.run(lambda logs: None))
+        (thread,) = [t for t in threading.enumerate() if t.name == name]
+        del writer
+        gc.collect()
+        thread.join(timeout=10)
+        assert not thread.is_alive()
