@@ -15,28 +15,11 @@ from collections.abc import Iterable
 
 from reference._file_rollouts import RolloutLogs
 from reference._file_writer import WriterThread
-from tokcap_spec.ids import validate_rollout_id
+from tokcap_spec.ids import validate_call_id, validate_rollout_id, validate_rollout_ids
 from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry
 
 __all__ = ["FileTokenStore"]
-
-
-def _call_id(model_call_id: object, *, allow_empty: bool) -> str:
-    if not isinstance(model_call_id, str):
-        raise TypeError(f"model_call_id must be a str, got {type(model_call_id).__name__}")
-    if not model_call_id and not allow_empty:
-        raise ValueError("model_call_id must not be empty")
-    return model_call_id
-
-
-def _rollout_ids(rollout_ids: Iterable[str]) -> list[str]:
-    if isinstance(rollout_ids, str | bytes):
-        raise TypeError(
-            f"rollout_ids must be an iterable of rollout ids, got a single "
-            f"{type(rollout_ids).__name__} {rollout_ids[:80]!r}"
-        )
-    return [validate_rollout_id(rollout_id) for rollout_id in rollout_ids]
 
 
 class FileTokenStore:
@@ -79,7 +62,7 @@ class FileTokenStore:
         if not isinstance(entry, TokenEntry):
             raise TypeError(f"put() expects a TokenEntry, got {type(entry).__name__}")
         rollout_id = validate_rollout_id(entry.rollout_id)
-        call = _call_id(entry.model_call_id, allow_empty=False)
+        call = validate_call_id(entry.model_call_id)
         payload = entry.to_json_bytes()
         # An entry built with model_construct skipped validation; once in the log it would make
         # every later freeze refuse the rollout, so it is refused before anything is acked.
@@ -89,13 +72,13 @@ class FileTokenStore:
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Durably record that ``rollout_id`` lost evidence; every later freeze says incomplete."""
         rollout_id = validate_rollout_id(rollout_id)
-        call = _call_id(model_call_id, allow_empty=True)
+        call = validate_call_id(model_call_id, allow_empty=True)
         await self._writer.run(lambda logs: logs.mark_incomplete(rollout_id, call))
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Durably announce ``model_call_id``; a freeze before its entry arrives is incomplete."""
         rollout_id = validate_rollout_id(rollout_id)
-        call = _call_id(model_call_id, allow_empty=False)
+        call = validate_call_id(model_call_id)
         await self._writer.run(lambda logs: logs.begin_call(rollout_id, call))
 
     async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
@@ -110,7 +93,7 @@ class FileTokenStore:
 
     async def retire(self, rollout_ids: Iterable[str]) -> None:
         """Remove and fence each rollout whatever its state; repeating it is a no-op."""
-        ids = _rollout_ids(rollout_ids)
+        ids = validate_rollout_ids(rollout_ids)
 
         def retire_all(logs: RolloutLogs) -> None:
             for rollout_id in ids:
@@ -120,7 +103,7 @@ class FileTokenStore:
 
     async def delete(self, rollout_ids: Iterable[str]) -> None:
         """Remove each rollout's records and fence, so its id can be used again from nothing."""
-        ids = _rollout_ids(rollout_ids)
+        ids = validate_rollout_ids(rollout_ids)
 
         def delete_all(logs: RolloutLogs) -> None:
             for rollout_id in ids:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tokcap_spec.errors import ConflictingEntryError, RolloutFrozenError, RolloutRetiredError
-from tokcap_spec.ids import validate_rollout_id
+from tokcap_spec.ids import validate_call_id, validate_rollout_id, validate_rollout_ids
 from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry
 
@@ -51,21 +51,6 @@ _NAMESPACES_LOCK = threading.Lock()
 def _namespace(name: str) -> _Namespace:
     with _NAMESPACES_LOCK:
         return _NAMESPACES.setdefault(name, _Namespace())
-
-
-def _rollout_ids(rollout_ids: Iterable[str]) -> list[str]:
-    if isinstance(rollout_ids, str):
-        raise TypeError(
-            f"expected an iterable of rollout ids, got the single string {rollout_ids[:80]!r}; "
-            "wrap it in a list"
-        )
-    return [validate_rollout_id(rollout_id) for rollout_id in rollout_ids]
-
-
-def _call_id(model_call_id: object) -> str:
-    if not isinstance(model_call_id, str) or not model_call_id:
-        raise ValueError(f"model_call_id must be a non-empty str, got {model_call_id!r}")
-    return model_call_id
 
 
 class MemoryTokenStore:
@@ -146,7 +131,7 @@ class MemoryTokenStore:
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Record that ``model_call_id`` started; a known call id is a no-op."""
-        call_id = _call_id(model_call_id)
+        call_id = validate_call_id(model_call_id)
         with self._shared.lock:
             rollout = self._live(rollout_id)
             if call_id in rollout.intents or call_id in rollout.entries:
@@ -197,7 +182,7 @@ class MemoryTokenStore:
 
     async def retire(self, rollout_ids: Iterable[str]) -> None:
         """Remove and fence each rollout whatever its state; repeating it is a no-op."""
-        checked = _rollout_ids(rollout_ids)
+        checked = validate_rollout_ids(rollout_ids)
         with self._shared.lock:
             for rollout_id in checked:
                 self._shared.rollouts.pop(rollout_id, None)
@@ -205,7 +190,7 @@ class MemoryTokenStore:
 
     async def delete(self, rollout_ids: Iterable[str]) -> None:
         """Forget each rollout, records and fence alike, so its id starts from scratch."""
-        checked = _rollout_ids(rollout_ids)
+        checked = validate_rollout_ids(rollout_ids)
         with self._shared.lock:
             for rollout_id in checked:
                 self._shared.rollouts.pop(rollout_id, None)

@@ -42,7 +42,7 @@ from tokcap_spec.errors import (
     RolloutRetiredError,
     StoreWriteError,
 )
-from tokcap_spec.ids import validate_rollout_id
+from tokcap_spec.ids import validate_call_id, validate_rollout_id, validate_rollout_ids
 from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry
 
@@ -59,23 +59,6 @@ def _seconds(name: str, value: object) -> float:
     if type(value) not in (int, float) or not 0 < value < float("inf"):  # type: ignore[operator]
         raise ValueError(f"{name} must be a positive finite number of seconds, got {value!r}")
     return float(value)  # type: ignore[arg-type]
-
-
-def _call_id(model_call_id: object, *, allow_empty: bool) -> str:
-    if not isinstance(model_call_id, str):
-        raise TypeError(f"model_call_id must be a str, got {type(model_call_id).__name__}")
-    if not model_call_id and not allow_empty:
-        raise ValueError("model_call_id must be a non-empty str, got ''")
-    return model_call_id
-
-
-def _rollout_ids(rollout_ids: Iterable[str]) -> list[str]:
-    if isinstance(rollout_ids, str | bytes):
-        raise TypeError(
-            f"rollout_ids must be an iterable of rollout ids, got a single "
-            f"{type(rollout_ids).__name__} {rollout_ids[:80]!r}"
-        )
-    return [validate_rollout_id(rollout_id) for rollout_id in rollout_ids]
 
 
 def _retired(rollout_id: str) -> RolloutRetiredError:
@@ -234,7 +217,7 @@ class RedisTokenStore:
         if not isinstance(entry, TokenEntry):
             raise TypeError(f"put() expects a TokenEntry, got {type(entry).__name__}")
         rollout_id = validate_rollout_id(entry.rollout_id)
-        call = _call_id(entry.model_call_id, allow_empty=False)
+        call = validate_call_id(entry.model_call_id)
         outcome = await self._run(PUT, rollout_id, [call, entry.to_json_bytes(), _epoch()])
         if outcome == b"retired":
             raise _retired(rollout_id)
@@ -249,14 +232,14 @@ class RedisTokenStore:
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Durably record that ``rollout_id`` lost evidence; every later freeze says incomplete."""
         rollout_id = validate_rollout_id(rollout_id)
-        _call_id(model_call_id, allow_empty=True)
+        validate_call_id(model_call_id, allow_empty=True)
         if await self._run(MARK_INCOMPLETE, rollout_id, [_epoch()]) == b"retired":
             raise _retired(rollout_id)
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Announce ``model_call_id``; a freeze before its entry arrives is incomplete."""
         rollout_id = validate_rollout_id(rollout_id)
-        call = _call_id(model_call_id, allow_empty=False)
+        call = validate_call_id(model_call_id)
         outcome = await self._run(BEGIN_CALL, rollout_id, [call, _epoch()])
         if outcome == b"retired":
             raise _retired(rollout_id)
@@ -295,12 +278,12 @@ class RedisTokenStore:
 
     async def retire(self, rollout_ids: Iterable[str]) -> None:
         """Remove and fence each rollout whatever its state; repeating it is a no-op."""
-        for rollout_id in _rollout_ids(rollout_ids):
+        for rollout_id in validate_rollout_ids(rollout_ids):
             await self._run(RETIRE, rollout_id, [repr(time.time()), self._ttl])
 
     async def delete(self, rollout_ids: Iterable[str]) -> None:
         """Remove each rollout's records and fence, so its id can be used again from nothing."""
-        for rollout_id in _rollout_ids(rollout_ids):
+        for rollout_id in validate_rollout_ids(rollout_ids):
             await self._run(DELETE, rollout_id, [])
 
     async def close(self) -> None:

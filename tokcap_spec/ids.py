@@ -8,6 +8,7 @@ separators, no ``.``/``..``, no empty id, at most 200 characters.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Final
 
 from tokcap_spec.errors import InvalidRolloutIdError
@@ -20,7 +21,9 @@ __all__ = [
     "rollout_id_from_path",
     "rollout_route",
     "training_capture_route",
+    "validate_call_id",
     "validate_rollout_id",
+    "validate_rollout_ids",
 ]
 
 ROLLOUT_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -52,6 +55,28 @@ def validate_rollout_id(rollout_id: object) -> str:
         )
     shown = repr(rollout_id) if not isinstance(rollout_id, str) else repr(rollout_id[:80])
     raise InvalidRolloutIdError(f"invalid rollout id {shown}: {reason}")
+
+
+def validate_rollout_ids(rollout_ids: Iterable[str]) -> list[str]:
+    """Return a batch of ids as a list, each validated; a lone string is refused, not iterated."""
+    if isinstance(rollout_ids, str | bytes):
+        raise TypeError(
+            "expected an iterable of rollout ids, got a single "
+            f"{type(rollout_ids).__name__} {rollout_ids[:80]!r}; wrap it in a list"
+        )
+    return [validate_rollout_id(rollout_id) for rollout_id in rollout_ids]
+
+
+def validate_call_id(model_call_id: object, *, allow_empty: bool = False) -> str:
+    """Return ``model_call_id`` unchanged if it is a str, non-empty unless ``allow_empty``.
+
+    Any other string is accepted as it is: call ids are never normalized (PUT-6).
+    """
+    if not isinstance(model_call_id, str):
+        raise TypeError(f"model_call_id must be a str, got {type(model_call_id).__name__}")
+    if not model_call_id and not allow_empty:
+        raise ValueError("model_call_id must be a non-empty str, got ''")
+    return model_call_id
 
 
 def rollout_route(rollout_id: str, rest: str = "") -> str:

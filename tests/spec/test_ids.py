@@ -15,7 +15,9 @@ from tokcap_spec.ids import (
     rollout_id_from_path,
     rollout_route,
     training_capture_route,
+    validate_call_id,
     validate_rollout_id,
+    validate_rollout_ids,
 )
 
 valid_ids = st.from_regex(ROLLOUT_ID_PATTERN, fullmatch=True)
@@ -110,3 +112,37 @@ class TestRoutes:
     def test_id_alone_after_the_prefix_is_read(self) -> None:
         """A path that ends right after the id still carries it."""
         assert rollout_id_from_path("/ng-rollout/r1") == "r1"
+
+
+class TestValidateCallId:
+    def test_any_non_empty_string_comes_back_unchanged(self) -> None:
+        """Call ids are never normalized: look-alikes stay distinct (PUT-6)."""
+        odd = ["a/b", "a_b", "A", "a", "e\u0301", "\u00e9", "x ", "multi\nline"]
+        assert [validate_call_id(call) for call in odd] == odd
+
+    def test_empty_is_refused_unless_allowed(self) -> None:
+        """An empty call id is refused, except where the caller allows it (MASK-6)."""
+        with pytest.raises(ValueError, match="non-empty"):
+            validate_call_id("")
+        assert validate_call_id("", allow_empty=True) == ""
+
+    def test_non_strings_are_refused(self) -> None:
+        """A call id that is not a str is refused with its type named."""
+        with pytest.raises(TypeError, match="got int"):
+            validate_call_id(7)
+
+
+class TestValidateRolloutIds:
+    def test_a_batch_comes_back_validated(self) -> None:
+        """Every id of a batch is validated and returned as a list."""
+        assert validate_rollout_ids(iter(["a", "b.c"])) == ["a", "b.c"]
+
+    def test_a_lone_string_is_refused_not_iterated(self) -> None:
+        """A single string is refused rather than retired character by character."""
+        with pytest.raises(TypeError, match="wrap it in a list"):
+            validate_rollout_ids("abc")
+
+    def test_one_bad_id_refuses_the_batch(self) -> None:
+        """A batch with one invalid id is refused as a whole."""
+        with pytest.raises(InvalidRolloutIdError):
+            validate_rollout_ids(["ok", ".."])
