@@ -5,38 +5,35 @@ from __future__ import annotations
 import inspect
 
 from conformance.checks._steps import describe, freeze, mark, put, raises, state
-from conformance.context import Kit
+from conformance.context import Endpoint, Kit
 from conformance.registry import check
 from conformance.violation import fail
-from tokcap_spec.protocols import TokenSink, TokenSource, protocol_problems
+from tokcap_spec.protocols import TokenSink, TokenSource, protocol_methods, protocol_problems
+
+
+def _expect_protocol(endpoint: Endpoint, protocol: type) -> None:
+    methods = protocol_methods(protocol)
+    problems = protocol_problems(endpoint.raw, protocol)
+    if problems or not isinstance(endpoint.raw, protocol):
+        fail(
+            "SHAPE-1",
+            expected=f"a {protocol.__name__}: async {', '.join(methods)}",
+            observed="; ".join(problems)
+            or f"isinstance({endpoint.role}, {protocol.__name__}) is False",
+            hint=f"declare the three methods with 'async def' on the {endpoint.role} class",
+        )
 
 
 @check("SHAPE-1", "sink-protocol")
 def sink_protocol(kit: Kit) -> None:
     """The sink has put, mark_incomplete and close as coroutine functions."""
-    sink = kit.sink()
-    problems = protocol_problems(sink.raw, TokenSink)
-    if problems or not isinstance(sink.raw, TokenSink):
-        fail(
-            "SHAPE-1",
-            expected="a TokenSink: async put, mark_incomplete, close",
-            observed="; ".join(problems) or "isinstance(sink, TokenSink) is False",
-            hint="declare the three methods with 'async def' on the sink class",
-        )
+    _expect_protocol(kit.sink(), TokenSink)
 
 
 @check("SHAPE-1", "source-protocol")
 def source_protocol(kit: Kit) -> None:
     """The source has freeze, drop and close as coroutine functions."""
-    source = kit.source()
-    problems = protocol_problems(source.raw, TokenSource)
-    if problems or not isinstance(source.raw, TokenSource):
-        fail(
-            "SHAPE-1",
-            expected="a TokenSource: async freeze, drop, close",
-            observed="; ".join(problems) or "isinstance(source, TokenSource) is False",
-            hint="declare the three methods with 'async def' on the source class",
-        )
+    _expect_protocol(kit.source(), TokenSource)
 
 
 @check("SHAPE-2", "drop-keywords")
