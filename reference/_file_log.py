@@ -26,6 +26,7 @@ from reference._file_records import (
     Record,
     RolloutState,
     open_record,
+    parse_first_record,
     parse_record,
     tombstone_record,
 )
@@ -190,8 +191,12 @@ class RolloutLog:
             start = end
 
     def _apply(self, line: bytes) -> None:
+        state = self.state
         try:
-            self.state.apply(parse_record(line))
+            if state.lines:
+                state.apply(parse_record(line, sealed=state.sealed))
+            else:
+                state.apply(parse_first_record(line))
         except ValueError as exc:
             raise CorruptStoreError(
                 f"{self.path}: line {self.state.lines + 1} is not a valid record: {exc}"
@@ -206,7 +211,9 @@ class RolloutLog:
         first = not self.state.opened
         if first:
             records = [open_record(self.rollout_id, uuid.uuid4().hex), *records]
-        data = b"".join(record.line for record in records)
+        # A new log is sealed (format 2); one begun in format 1 stays in format 1.
+        sealed = first or self.state.sealed
+        data = b"".join(record.encode(sealed=sealed) for record in records)
         try:
             _write(self._fd, data, self._offset)
             _sync_data(self._fd)
@@ -226,16 +233,23 @@ class RolloutLog:
     def entries(self) -> list[TokenEntry]:
         """Return one fresh entry per call id, in log order (call only inside :meth:`locked`).
 
-        Raises :class:`CorruptStoreError` naming the line of an entry that does not parse.
+        Every line is read again from the file, and its checksum checked again. Raises
+        :class:`CorruptStoreError` naming the line of an entry that does not parse.
         """
         data = _read(self._fd, 0, self._offset)
+        sealed = self.state.sealed
         entries: dict[str, TokenEntry] = {}
         start = number = 0
         while start < len(data):
             end = data.index(b"\n", start) + 1
             number += 1
             if data.startswith(ENTRY_PREFIX, start):
-                record = parse_record(data[start:end])
+                try:
+                    record = parse_record(data[start:end], sealed=sealed)
+                except ValueError as exc:
+                    raise CorruptStoreError(
+                        f"{self.path}: line {number} changed since it was replayed: {exc}"
+                    ) from None
                 try:
                     entry = TokenEntry.from_json_bytes(record.payload)
                 except (ValueError, RecursionError) as exc:
@@ -265,7 +279,7 @@ class RolloutLog:
         try:
             fd = os.open(temporary, flags, 0o644, dir_fd=self._dir_fd)
             try:
-                _write(fd, record.line, 0)
+                _write(fd, record.encode(sealed=True), 0)
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -1,8 +1,13 @@
 """The record format of a rollout log, and the state a log's records replay to.
 
-A log is UTF-8 JSON, one record per line, appended under an exclusive lock. Its lines are:
+A log is UTF-8 JSON, one record per line, appended under an exclusive lock. In format 2 every
+line ends with ``,"crc":"XXXXXXXX"}`` and a newline, where ``XXXXXXXX`` is the CRC-32 (8 lower
+case hex digits) of the line's bytes before ``,"crc":``. A line whose checksum does not match is
+refused, so a flipped bit never turns one valid record into another. Format 1 lines are the
+same without the checksum; logs started in format 1 are still read and appended to in format 1.
+Without the checksum field, the lines are:
 
-- ``{"epoch":E,"format":1,"kind":"open","rollout_id":R}``: always the first line; ``E`` names
+- ``{"epoch":E,"format":2,"kind":"open","rollout_id":R}``: always the first line; ``E`` names
   this incarnation of the rollout id, so a snapshot of a deleted and reused id never matches.
 - ``{"kind":"entry","call":C,"entry":J}``: ``J`` is exactly ``TokenEntry.to_json_bytes()``,
   embedded verbatim so the stored payload is the canonical bytes and nothing is re-serialized.
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zlib
 from dataclasses import dataclass, field
 from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any, Final
@@ -31,6 +37,7 @@ __all__ = [
     "ENTRY_PREFIX",
     "ENTRY_SUFFIX",
     "FORMAT",
+    "FORMATS",
     "FREEZE",
     "INTENT",
     "MARK",
@@ -44,12 +51,17 @@ __all__ = [
     "intent_record",
     "mark_record",
     "open_record",
+    "parse_first_record",
     "parse_record",
+    "seal",
     "tombstone_record",
 ]
 
-FORMAT: Final = 1
-"""The log format this module writes and the only one it reads."""
+FORMAT: Final = 2
+"""The log format this module starts new logs in: every line carries its checksum."""
+
+FORMATS: Final = (1, 2)
+"""The log formats this module reads and appends to."""
 
 OPEN: Final = "open"
 ENTRY: Final = "entry"
@@ -62,6 +74,43 @@ ENTRY_PREFIX: Final = b'{"kind":"entry","call":'
 _ENTRY_FIELD: Final = ',"entry":'
 ENTRY_SUFFIX: Final = b"}\n"
 
+_CRC_FIELD: Final = b',"crc":"'
+_CRC_END: Final = b'"}\n'
+_CRC_DIGITS: Final = 8
+_SEAL_SIZE: Final = len(_CRC_FIELD) + _CRC_DIGITS + len(_CRC_END)
+_HEX: Final = frozenset(b"0123456789abcdef")
+
+
+def seal(line: bytes) -> bytes:
+    """Return the format 2 form of a format 1 ``line``: the same object with its checksum."""
+    body = line[: -len(ENTRY_SUFFIX)]
+    return b"%s%s%08x%s" % (body, _CRC_FIELD, zlib.crc32(body), _CRC_END)
+
+
+def _is_sealed(line: bytes) -> bool:
+    digits = line[-len(_CRC_END) - _CRC_DIGITS : -len(_CRC_END)]
+    return (
+        line.endswith(_CRC_END)
+        and line.startswith(_CRC_FIELD, len(line) - _SEAL_SIZE)
+        and len(digits) == _CRC_DIGITS
+        and _HEX.issuperset(digits)
+    )
+
+
+def _unseal(line: bytes) -> bytes:
+    """Return the format 1 form of a sealed ``line``; raise ``ValueError`` if its sum is wrong."""
+    if not _is_sealed(line):
+        raise ValueError('the line does not end with its checksum ,"crc":"XXXXXXXX"}')
+    body = line[:-_SEAL_SIZE]
+    stored = line[-len(_CRC_END) - _CRC_DIGITS : -len(_CRC_END)]
+    actual = b"%08x" % zlib.crc32(body)
+    if stored != actual:
+        raise ValueError(
+            f"checksum mismatch: the line says {stored.decode()}, its bytes sum to "
+            f"{actual.decode()}; the line was damaged after it was written"
+        )
+    return body + ENTRY_SUFFIX
+
 
 def digest(payload: bytes) -> bytes:
     """Return the digest two payloads share exactly when their bytes are equal."""
@@ -70,7 +119,12 @@ def digest(payload: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class Record:
-    """One parsed (or about to be written) log line and the bytes that encode it."""
+    """One parsed (or about to be written) log line.
+
+    ``line`` is the record in format 1, without a checksum; :meth:`encode` gives the bytes a log
+    of either format holds. ``sealed`` says whether the line read carried a checksum (only
+    meaningful for a log's first line, which tells the log's format).
+    """
 
     kind: str
     line: bytes
@@ -80,6 +134,11 @@ class Record:
     epoch: str = ""
     rollout_id: str = ""
     at: float = 0.0
+    sealed: bool = True
+
+    def encode(self, *, sealed: bool) -> bytes:
+        """Return the bytes of this record in a log whose lines are ``sealed`` (format 2) or not."""
+        return seal(self.line) if sealed else self.line
 
 
 def _encode(fields: dict[str, Any]) -> bytes:
@@ -135,7 +194,7 @@ def _string(fields: dict[str, Any], name: str) -> str:
     return value
 
 
-def _parse_entry(line: bytes) -> Record:
+def _parse_entry(line: bytes, sealed: bool) -> Record:
     # Only the call id is decoded; the payload is checked for shape and parsed at freeze.
     try:
         text = line.decode("utf-8")
@@ -153,15 +212,25 @@ def _parse_entry(line: bytes) -> Record:
     payload = line[end + len(_ENTRY_FIELD) : -len(ENTRY_SUFFIX)]
     if not payload.startswith(b"{") or not line.endswith(b"}" + ENTRY_SUFFIX):
         raise ValueError("the entry of an entry record must be a JSON object")
-    return Record(ENTRY, line, call=call, payload=payload, payload_digest=digest(payload))
+    return Record(
+        ENTRY, line, call=call, payload=payload, payload_digest=digest(payload), sealed=sealed
+    )
 
 
-def parse_record(line: bytes) -> Record:
-    """Parse one complete line (its ``\\n`` included); raise ``ValueError`` saying what is wrong."""
+def parse_record(line: bytes, *, sealed: bool = True) -> Record:
+    """Parse one complete line (its ``\\n`` included); raise ``ValueError`` saying what is wrong.
+
+    ``sealed`` says whether the log's lines carry checksums (format 2) or not (format 1); a
+    sealed line's checksum is verified before anything else is read from it.
+    """
     if not line.endswith(b"\n"):
         raise ValueError("the line does not end with a newline")
+    if sealed:
+        line = _unseal(line)
+    elif _is_sealed(line):
+        raise ValueError("the line carries a checksum, but the log's first line has none")
     if line.startswith(ENTRY_PREFIX):
-        return _parse_entry(line)
+        return _parse_entry(line, sealed)
     try:
         fields = json.loads(line)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -170,25 +239,43 @@ def parse_record(line: bytes) -> Record:
         raise ValueError(f"a record must be a JSON object, got {type(fields).__name__}")
     kind = fields.get("kind")
     if kind == OPEN:
-        if fields.get("format") != FORMAT:
+        expected = FORMAT if sealed else 1
+        if fields.get("format") != expected:
             raise ValueError(
-                f"log format {fields.get('format')!r} is not the format {FORMAT} this reader knows"
+                f"log format {fields.get('format')!r} is not one this reader knows (it reads "
+                f"formats {', '.join(map(str, FORMATS))}; a header "
+                f"{'with' if sealed else 'without'} a checksum must say format {expected})"
             )
         return Record(
-            OPEN, line, epoch=_string(fields, "epoch"), rollout_id=_string(fields, "rollout_id")
+            OPEN,
+            line,
+            epoch=_string(fields, "epoch"),
+            rollout_id=_string(fields, "rollout_id"),
+            sealed=sealed,
         )
     if kind in (INTENT, MARK):
-        return Record(kind, line, call=_string(fields, "call"))
+        return Record(kind, line, call=_string(fields, "call"), sealed=sealed)
     if kind == FREEZE:
-        return Record(FREEZE, line)
+        return Record(FREEZE, line, sealed=sealed)
     if kind == TOMBSTONE:
         at = fields.get("at")
         if not isinstance(at, int | float) or isinstance(at, bool):
             raise ValueError(f"field 'at' must be a number, got {type(at).__name__}")
-        return Record(TOMBSTONE, line, rollout_id=_string(fields, "rollout_id"), at=float(at))
+        return Record(
+            TOMBSTONE, line, rollout_id=_string(fields, "rollout_id"), at=float(at), sealed=sealed
+        )
     if kind == ENTRY:
         raise ValueError(f"an entry record must start with {ENTRY_PREFIX.decode()}")
     raise ValueError(f"unknown record kind {kind!r}")
+
+
+def parse_first_record(line: bytes) -> Record:
+    """Parse the first line of a log, which tells whether the log's lines carry checksums.
+
+    A first line that ends like a checksum is verified as one (and, as a header, must say
+    format 2); any other is read as format 1. Either way the result's ``sealed`` says which.
+    """
+    return parse_record(line, sealed=line.endswith(b"\n") and _is_sealed(line))
 
 
 @dataclass
@@ -197,6 +284,7 @@ class RolloutState:
 
     ``version`` counts state changes (new entries, intents, marks); a freeze does not change
     it, so repeated freezes agree (FREEZE-2) and any mark after a freeze changes it (DROP-4).
+    ``sealed`` is the first line's: whether every line of the log carries a checksum.
     """
 
     rollout_id: str
@@ -209,6 +297,7 @@ class RolloutState:
     retired_at: float = 0.0
     version: int = 0
     lines: int = 0
+    sealed: bool = True
 
     @property
     def opened(self) -> bool:
@@ -237,6 +326,7 @@ class RolloutState:
                     f"the log belongs to rollout {record.rollout_id!r}, "
                     f"expected {self.rollout_id!r}"
                 )
+            self.sealed = record.sealed
             if record.kind == OPEN:
                 self.epoch = record.epoch
             else:

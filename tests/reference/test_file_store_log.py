@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from reference._file_log import RolloutLog, log_name, rollout_id_of
-from reference._file_records import entry_record, freeze_record, mark_record
+from reference._file_records import entry_record, freeze_record, mark_record, seal
 from tokcap_spec.errors import CorruptStoreError, StoreWriteError
 from tokcap_spec.records import TokenEntry
 
@@ -173,8 +173,11 @@ class TestRepair:
     @pytest.mark.parametrize(
         ("line", "reason"),
         [
-            (b'{"kind":"entry","call":"b","entry":{"model_call_id":oops}}\n', "refuses"),
-            (entry_record("b", payload("c")).line, "files the entry of call 'c' under call 'b'"),
+            (seal(b'{"kind":"entry","call":"b","entry":{"model_call_id":oops}}\n'), "refuses"),
+            (
+                entry_record("b", payload("c")).encode(sealed=True),
+                "files the entry of call 'c' under call 'b'",
+            ),
         ],
         ids=["bad-json", "misfiled"],
     )
@@ -198,7 +201,7 @@ class TestRepair:
         write(log, "a", "b")
         with (tmp_path / log.name).open("ab") as handle:
             other = TokenEntry(rollout_id="r", model_call_id="a", model="other")
-            handle.write(entry_record("a", other.to_json_bytes()).line)
+            handle.write(entry_record("a", other.to_json_bytes()).encode(sealed=True))
         with log.locked(create=False):
             first, second = log.entries(), log.entries()
         assert [(e.model_call_id, e.model) for e in first] == [("a", ""), ("b", "")]
@@ -290,3 +293,59 @@ class TestRefusal:
         assert (tmp_path / log.name).read_bytes() == before
         with log.locked(create=False):
             assert not log.state.marked
+
+
+class TestFormats:
+    def test_a_new_log_is_sealed_line_by_line(self, make: MakeLog, tmp_path: Path) -> None:
+        """Every line a new log gets, header included, carries its checksum (format 2)."""
+        log = make()
+        write(log, "a")
+        with log.locked(create=False):
+            log.append([mark_record("a", "x"), freeze_record()])
+        lines = (tmp_path / log.name).read_bytes().splitlines(keepends=True)
+        assert len(lines) == 4
+        assert lines[0].startswith(b'{"epoch":')
+        assert b'"format":2' in lines[0]
+        assert all(line == seal(line[: -len(b',"crc":"01234567"}\n')] + b"}\n") for line in lines)
+
+    def test_a_format_1_log_is_read_and_stays_in_format_1(
+        self, make: MakeLog, tmp_path: Path
+    ) -> None:
+        """A log begun without checksums still freezes, and new lines match its format."""
+        header = b'{"epoch":"old","format":1,"kind":"open","rollout_id":"r"}\n'
+        old, new = entry_record("a", payload("a")), entry_record("b", payload("b"))
+        path = tmp_path / log_name("r")
+        path.write_bytes(header + old.line)
+        log = make()
+        with log.locked(create=False):
+            log.append([new, freeze_record()])
+            assert [e.model_call_id for e in log.entries()] == ["a", "b"]
+            assert (log.state.sealed, log.state.version) == (False, 2)
+        assert path.read_bytes() == header + old.line + new.line + freeze_record().line
+
+    def test_a_sealed_line_in_a_format_1_log_is_refused(
+        self, make: MakeLog, tmp_path: Path
+    ) -> None:
+        """Lines of one log share its format; a checksum where none belongs is not a record."""
+        header = b'{"epoch":"old","format":1,"kind":"open","rollout_id":"r"}\n'
+        (tmp_path / log_name("r")).write_bytes(header + freeze_record().encode(sealed=True))
+        with (
+            pytest.raises(CorruptStoreError, match=r"line 2 .*carries a checksum, but the log's"),
+            make().locked(create=False),
+        ):
+            pass
+
+    def test_an_entry_damaged_after_replay_is_refused_at_freeze(
+        self, make: MakeLog, tmp_path: Path
+    ) -> None:
+        """Freeze reads every entry again and checks its sum again: rot since replay is caught."""
+        log = make()
+        write(log, "a", "b")
+        path = tmp_path / log.name
+        with log.locked(create=False):
+            data = bytearray(path.read_bytes())
+            at = data.rindex(b'"model":""')
+            data[at + 2] ^= 0b1  # 'm' becomes 'l'
+            path.write_bytes(bytes(data))
+            with pytest.raises(CorruptStoreError, match="line 3 changed since it was replayed"):
+                log.entries()

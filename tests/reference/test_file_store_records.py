@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import zlib
 
 import pytest
 
 from reference._file_records import (
     ENTRY,
+    FORMAT,
     FREEZE,
     INTENT,
     MARK,
@@ -21,7 +23,9 @@ from reference._file_records import (
     intent_record,
     mark_record,
     open_record,
+    parse_first_record,
     parse_record,
+    seal,
     tombstone_record,
 )
 from tokcap_spec.records import TokenEntry
@@ -37,41 +41,106 @@ def opened(rollout_id: str = "r") -> RolloutState:
     return state
 
 
+EVERY_KIND = pytest.mark.parametrize(
+    "record",
+    [
+        open_record("r", "e1"),
+        entry_record("a\nb", PAYLOAD),
+        intent_record("x\n\"y'"),
+        mark_record("", "mark_incomplete"),
+        freeze_record(),
+        tombstone_record("r", "drop", 12.5),
+    ],
+    ids=[OPEN, ENTRY, INTENT, MARK, FREEZE, TOMBSTONE],
+)
+
+
 class TestEncoding:
-    @pytest.mark.parametrize(
-        "record",
-        [
-            open_record("r", "e1"),
-            entry_record("a\nb", PAYLOAD),
-            intent_record("x\n\"y'"),
-            mark_record("", "mark_incomplete"),
-            freeze_record(),
-            tombstone_record("r", "drop", 12.5),
-        ],
-        ids=[OPEN, ENTRY, INTENT, MARK, FREEZE, TOMBSTONE],
-    )
-    def test_every_record_is_one_json_line_that_parses_back(self, record: Record) -> None:
-        """Each record encodes to one newline-terminated JSON object and parses to itself."""
-        assert record.line.count(b"\n") == 1
-        assert record.line.endswith(b"\n")
-        assert json.loads(record.line)["kind"] == record.kind
-        assert parse_record(record.line) == record
+    @EVERY_KIND
+    @pytest.mark.parametrize("sealed", [True, False], ids=["format-2", "format-1"])
+    def test_every_record_is_one_json_line_that_parses_back(
+        self, record: Record, sealed: bool
+    ) -> None:
+        """Each record encodes to one newline-terminated JSON object and parses to itself.
+
+        The one exception: a header is always written sealed, and says format 2, so without its
+        checksum it is refused.
+        """
+        line = record.encode(sealed=sealed)
+        assert line.count(b"\n") == 1
+        assert line.endswith(b"\n")
+        assert json.loads(line)["kind"] == record.kind
+        if record.kind == OPEN and not sealed:
+            with pytest.raises(ValueError, match="must say format 1"):
+                parse_record(line, sealed=sealed)
+        else:
+            assert parse_record(line, sealed=sealed) == Record(**{**vars(record), "sealed": sealed})
+
+    @EVERY_KIND
+    def test_a_sealed_line_ends_with_the_crc_of_what_precedes_it(self, record: Record) -> None:
+        """Format 2 appends the CRC-32 of the line's bytes before the field, as 8 hex digits."""
+        line = record.encode(sealed=True)
+        body, field, rest = line.rpartition(b',"crc":"')
+        assert field
+        assert rest == b"%08x" % zlib.crc32(body) + b'"}\n'
+        assert json.loads(line)["crc"] == rest[:8].decode()
+
+    def test_a_new_header_says_the_current_format(self) -> None:
+        """New logs start in format 2, the format whose lines carry checksums."""
+        assert FORMAT == 2
+        assert json.loads(open_record("r", "e").line)["format"] == 2
 
     def test_an_entry_line_is_valid_json(self) -> None:
         """An entry line parses as JSON holding the call id and the entry itself."""
-        fields = json.loads(entry_record("a\nb", PAYLOAD).line)
+        fields = json.loads(entry_record("a\nb", PAYLOAD).encode(sealed=True))
+        assert fields.pop("crc")
         assert fields == {"kind": ENTRY, "call": "a\nb", "entry": json.loads(PAYLOAD)}
 
     def test_an_entry_embeds_the_canonical_bytes_verbatim(self) -> None:
         """The stored payload is exactly the entry's canonical JSON."""
-        record = parse_record(entry_record("a\nb", PAYLOAD).line)
+        record = parse_record(entry_record("a\nb", PAYLOAD).encode(sealed=True))
         assert record.payload == PAYLOAD
         assert record.call == "a\nb"
         assert record.payload_digest == digest(PAYLOAD)
 
     def test_a_lone_surrogate_call_id_encodes(self) -> None:
         """Call ids that are not valid UTF-8 still encode, as ASCII escapes."""
-        assert parse_record(intent_record("\ud800").line).call == "\ud800"
+        assert parse_record(intent_record("\ud800").encode(sealed=True)).call == "\ud800"
+
+
+class TestFirstLine:
+    @pytest.mark.parametrize("sealed", [True, False], ids=["format-2", "format-1"])
+    def test_the_first_line_tells_the_format(self, sealed: bool) -> None:
+        """A header or tombstone with a checksum is format 2; one without is format 1."""
+        tombstone = tombstone_record("r", "drop", 1.0)
+        assert parse_first_record(tombstone.encode(sealed=sealed)).sealed is sealed
+        header = b'{"epoch":"e","format":1,"kind":"open","rollout_id":"r"}\n'
+        if sealed:
+            header = open_record("r", "e").encode(sealed=True)
+        record = parse_first_record(header)
+        assert (record.kind, record.sealed) == (OPEN, sealed)
+
+    @pytest.mark.parametrize(
+        ("line", "reason"),
+        [
+            (open_record("r", "e").line, "log format 2 .*without a checksum must say format 1"),
+            (
+                seal(b'{"epoch":"e","format":1,"kind":"open","rollout_id":"r"}\n'),
+                "log format 1 .*with a checksum must say format 2",
+            ),
+            (
+                seal(b'{"epoch":"e","format":3,"kind":"open","rollout_id":"r"}\n'),
+                "log format 3 is not one this reader knows .*formats 1, 2",
+            ),
+        ],
+        ids=["format-2-unsealed", "format-1-sealed", "format-3"],
+    )
+    def test_a_header_whose_format_and_checksum_disagree_is_refused(
+        self, line: bytes, reason: str
+    ) -> None:
+        """A format 2 header without its checksum, or a format 1 one with one, is refused."""
+        with pytest.raises(ValueError, match=reason):
+            parse_first_record(line)
 
     def test_digests_differ_exactly_when_bytes_differ(self) -> None:
         """Equal payloads share a digest and different ones do not."""
@@ -87,7 +156,7 @@ class TestParsing:
             (b"not json\n", "not JSON"),
             (b"[1]\n", "JSON object"),
             (b'{"kind":"teleport"}\n', "unknown record kind 'teleport'"),
-            (b'{"epoch":"e","format":2,"kind":"open","rollout_id":"r"}\n', "log format 2"),
+            (b'{"epoch":"e","format":3,"kind":"open","rollout_id":"r"}\n', "log format 3"),
             (b'{"call":1,"kind":"mark","reason":""}\n', "'call' must be a string, got int"),
             (b'{"kind":"entry","entry":{"x":1}}\n', "must start with"),
             (b'{"kind":"entry","call":1,"entry":{}}\n', "call as a JSON string"),
@@ -104,7 +173,37 @@ class TestParsing:
     def test_refuses_a_damaged_line_saying_why(self, line: bytes, reason: str) -> None:
         """A line that is not a record is refused with a reason naming what is wrong."""
         with pytest.raises(ValueError, match=reason):
+            parse_record(line, sealed=False)
+        if line.endswith(b"}\n"):
+            with pytest.raises(ValueError, match=reason):
+                parse_record(seal(line))
+
+    @pytest.mark.parametrize(
+        ("line", "reason"),
+        [
+            (b'{"kind":"freeze"}\n', "does not end with its checksum"),
+            (b'{"kind":"freeze","crc":"0000000"}\n', "does not end with its checksum"),
+            (b'{"kind":"freeze","crc":"0000000G"}\n', "does not end with its checksum"),
+            (b'{"kind":"freeze","crc":"00000000"}\n', "checksum mismatch: the line says 00000000"),
+            (seal(b'{"kind":"freeze"}\n').replace(b"freeze", b"frieze"), "checksum mismatch"),
+            (seal(b'{"kind":"freeze"}\n').upper(), "does not end with its checksum"),
+        ],
+        ids=["missing", "short", "not-hex", "wrong", "changed-body", "upper-case"],
+    )
+    def test_refuses_a_line_whose_checksum_does_not_hold(self, line: bytes, reason: str) -> None:
+        """In a format 2 log, a line without its exact checksum is refused before it is read."""
+        with pytest.raises(ValueError, match=reason):
             parse_record(line)
+
+    def test_a_flipped_bit_anywhere_in_a_sealed_line_is_refused(self) -> None:
+        """Every single-bit change of a sealed entry line is refused (or ends the line early)."""
+        line = entry_record("a", PAYLOAD).encode(sealed=True)
+        for offset in range(len(line)):
+            for bit in range(8):
+                damaged = bytearray(line)
+                damaged[offset] ^= 1 << bit
+                with pytest.raises(ValueError, match=r"checksum|newline"):
+                    parse_record(bytes(damaged))
 
 
 class TestRolloutState:

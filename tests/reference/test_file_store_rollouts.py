@@ -171,7 +171,7 @@ class TestForeignRecords:
         """A second entry for one call, written by another writer, marks it; the first wins."""
         logs.put("r", [("a", payload("r", "a"))])
         with (tmp_path / log_name("r")).open("ab") as handle:
-            handle.write(entry_record("a", payload("r", "a", seed=9)).line)
+            handle.write(entry_record("a", payload("r", "a", seed=9)).encode(sealed=True))
         snapshot = RolloutLogs(str(tmp_path)).freeze("r")
         assert snapshot.incomplete
         assert [e.prompt_token_ids for e in snapshot.entries] == [[0]]
