@@ -63,10 +63,9 @@ class FileTokenStore:
             raise TypeError(f"put() expects a TokenEntry, got {type(entry).__name__}")
         rollout_id = validate_rollout_id(entry.rollout_id)
         call = validate_call_id(entry.model_call_id)
-        payload = entry.to_json_bytes()
-        # An entry built with model_construct skipped validation; once in the log it would make
-        # every later freeze refuse the rollout, so it is refused before anything is acked.
-        TokenEntry.from_json_bytes(payload)
+        # An entry that skipped validation would make every later freeze refuse the rollout
+        # once it was in the log, so it is refused before anything is acked.
+        payload = entry.checked_json_bytes()
         await self._writer.put(rollout_id, call, payload)
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:

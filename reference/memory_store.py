@@ -97,7 +97,7 @@ class MemoryTokenStore:
         """Store ``entry``; refuse conflicts, new calls after freeze and retired rollouts."""
         if not isinstance(entry, TokenEntry):
             raise TypeError(f"put expects a TokenEntry, got {type(entry).__name__}")
-        payload = entry.to_json_bytes()
+        payload = entry.checked_json_bytes()
         with self._shared.lock:
             rollout = self._live(entry.rollout_id)
             known = rollout.payloads.get(entry.model_call_id)

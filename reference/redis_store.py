@@ -218,7 +218,9 @@ class RedisTokenStore:
             raise TypeError(f"put() expects a TokenEntry, got {type(entry).__name__}")
         rollout_id = validate_rollout_id(entry.rollout_id)
         call = validate_call_id(entry.model_call_id)
-        outcome = await self._run(PUT, rollout_id, [call, entry.to_json_bytes(), _epoch()])
+        # An entry that skipped validation would make every later freeze refuse the rollout.
+        payload = entry.checked_json_bytes()
+        outcome = await self._run(PUT, rollout_id, [call, payload, _epoch()])
         if outcome == b"retired":
             raise _retired(rollout_id)
         if outcome == b"frozen":

@@ -49,6 +49,12 @@ TokenId = Annotated[int, Field(strict=True, ge=0, le=MAX_TOKEN_ID)]
 LogProb = Annotated[float, Field(strict=True), AfterValidator(_refuse_nan)]
 
 
+def _canonical(fields: dict[str, Any]) -> bytes:
+    return json.dumps(
+        fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True
+    ).encode("ascii")
+
+
 class TokenEntry(BaseModel):
     """One captured model call, scoped by ``rollout_id`` and keyed by ``model_call_id``.
 
@@ -104,13 +110,26 @@ class TokenEntry(BaseModel):
         float is written with Python's shortest round-tripping repr. Non-ASCII text is escaped,
         so every Python string, even one holding a lone surrogate, comes back unchanged.
         """
-        return json.dumps(
-            self.model_dump(mode="python"),
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=True,
-            allow_nan=True,
-        ).encode("ascii")
+        return _canonical(self.model_dump(mode="python", warnings=False))
+
+    def checked_json_bytes(self) -> bytes:
+        """Return :meth:`to_json_bytes`, having checked that :meth:`from_json_bytes` takes it.
+
+        An instance can break the record rules without having been validated: built with
+        ``model_construct`` or ``model_copy(update=...)``, or with a token list changed after
+        construction. A store that accepted such an entry would hold a record no reader takes
+        back, so stores call this before acknowledging a put. Raises pydantic's
+        ``ValidationError`` (a ``ValueError``) naming the broken field, and ``TypeError`` for a
+        value JSON cannot hold. It costs a validation of the fields, not a parse of the bytes.
+        The bytes read back as validation sees the entry: a value it coerces (``1.0`` in an int
+        field) reads back coerced.
+        """
+        fields = self.model_dump(mode="python", warnings=False)
+        payload = _canonical(fields)
+        # The fields are what the bytes decode to, up to the types JSON merges (tuple and list,
+        # a subclass and its base), none of which changes what validation accepts.
+        TokenEntry.model_validate(fields)
+        return payload
 
     @classmethod
     def from_json_bytes(cls, data: bytes | str) -> TokenEntry:

@@ -236,3 +236,102 @@ class TestCanonicalBytes:
         negative = entry(**base, generation_log_probs=[-0.0])
         assert negative.same_payload(entry(**base, generation_log_probs=[-0.0]))
         assert not negative.same_payload(entry(**base, generation_log_probs=[0.0]))
+
+
+class OddInt(int):
+    """An int subclass: JSON writes it as its value, and reads it back as a plain int."""
+
+
+class OddFloat(float):
+    """A float subclass, as numpy's float64 is."""
+
+
+odd_scalars = st.one_of(
+    json_leaves,
+    st.integers().map(OddInt),
+    st.floats().map(OddFloat),
+    st.floats(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+)
+odd_values = st.recursive(
+    odd_scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(st.text(max_size=3), children, max_size=3),
+    ),
+    max_leaves=8,
+)
+odd_lists = st.one_of(
+    st.lists(odd_scalars, max_size=4), st.lists(odd_scalars, max_size=4).map(tuple)
+)
+
+
+@st.composite
+def unvalidated_entries(draw: st.DrawFn) -> TokenEntry:
+    """Entries built with model_construct: any field may hold anything, valid or not."""
+    fields: dict[str, Any] = {"rollout_id": "r", "model_call_id": "c"}
+    for name, values in {
+        "schema_version": odd_scalars,
+        "model": odd_scalars,
+        "prompt_token_ids": odd_lists,
+        "generation_token_ids": odd_lists,
+        "generation_log_probs": odd_lists,
+        "routed_experts": st.one_of(st.none(), odd_lists),
+        "output_items": st.lists(st.dictionaries(st.text(max_size=3), odd_values, max_size=2)),
+        "token_item_index": odd_scalars,
+        "created_at": odd_scalars,
+        "x_extra": odd_values,
+    }.items():
+        if draw(st.booleans()):
+            fields[name] = draw(values)
+    return TokenEntry.model_construct(**fields)
+
+
+class TestCheckedBytes:
+    def test_a_valid_entry_gives_its_canonical_bytes(self) -> None:
+        """For a validated entry the checked bytes are exactly the canonical bytes."""
+        record = entry(generation_token_ids=[7], generation_log_probs=[-math.inf])
+        assert record.checked_json_bytes() == record.to_json_bytes()
+
+    @pytest.mark.parametrize(
+        ("fields", "field"),
+        [
+            ({"generation_token_ids": [1], "generation_log_probs": [math.nan]}, "log_prob"),
+            ({"generation_token_ids": [1, 2], "generation_log_probs": [-1.0]}, "equal length"),
+            ({"prompt_token_ids": [2**31]}, "prompt_token_ids"),
+            ({"schema_version": 2}, "schema_version 2"),
+            ({"token_item_index": 0}, "token_item_index"),
+        ],
+        ids=["nan", "lengths", "token-id", "newer-schema", "index"],
+    )
+    def test_an_entry_that_skipped_validation_is_refused(
+        self, fields: dict[str, Any], field: str
+    ) -> None:
+        """A model_construct entry that breaks REC-2, -3 or -4 raises, naming what broke."""
+        bad = TokenEntry.model_construct(rollout_id="r", model_call_id="c", **fields)
+        with pytest.raises(ValidationError, match=field):
+            bad.checked_json_bytes()
+
+    def test_a_list_changed_after_validation_is_refused(self) -> None:
+        """Fields are frozen but lists are not; a log prob appended later is caught."""
+        record = entry(generation_token_ids=[1], generation_log_probs=[-1.0])
+        record.generation_log_probs.append(-2.0)
+        with pytest.raises(ValidationError, match="equal length"):
+            record.checked_json_bytes()
+
+    @settings(max_examples=300, deadline=None)
+    @given(unvalidated_entries())
+    def test_whatever_it_accepts_reads_back(self, record: TokenEntry) -> None:
+        """Checked bytes always parse back, to what validating the entry's fields gives.
+
+        Validation may coerce a value it accepts (``1.0`` for an int field reads back as ``1``),
+        the same way from the fields as from the bytes.
+        """
+        try:
+            data = record.checked_json_bytes()
+        except (ValueError, TypeError):
+            return
+        assert data == record.to_json_bytes()
+        validated = TokenEntry.model_validate(record.model_dump(mode="python", warnings=False))
+        assert TokenEntry.from_json_bytes(data).to_json_bytes() == validated.to_json_bytes()
