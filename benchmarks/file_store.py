@@ -18,8 +18,8 @@ printed goals say whether a ratio met its target. The sections:
    MiB read, which stays flat when freeze is linear in bytes read.
 4. 4 spawned writers on different rollouts and on one rollout vs 4 raw loops run the same way.
 5. the hop to a worker thread: ``asyncio.to_thread`` alone vs the store's writer thread, next to
-   a small put; then where a put's time goes (serialize, the writer's blocking work, the hop) and
-   a cProfile of that blocking work, which runs on the writer thread where a profiler started on
+   a small put; then where a put's time goes (serialize, check, the writer's blocking work, the
+   hop) and a cProfile of that work, which runs on the writer thread where a profiler started on
    the event loop's thread cannot see it.
 
 docs/performance.md records one full run and reads it.
@@ -121,7 +121,12 @@ def entries(pool: Sequence[TokenEntry], rollout_id: str, count: int) -> list[Tok
 
 def record_lines(batch: Sequence[TokenEntry]) -> list[bytes]:
     """Return the log lines the store writes for ``batch``: what the raw loop writes instead."""
-    return [entry_record(each.model_call_id, each.to_json_bytes()).line for each in batch]
+    return [record_line(each) for each in batch]
+
+
+def record_line(entry: TokenEntry) -> bytes:
+    """Return the log line (format 2, checksum included) the store writes for ``entry``."""
+    return entry_record(entry.model_call_id, entry.to_json_bytes()).encode(sealed=True)
 
 
 def raw_append(path: str, lines: Sequence[bytes]) -> float:
@@ -199,7 +204,7 @@ def raw_serializing_chunk(fd: int, batch: Sequence[TokenEntry]) -> float:
     """Serialize each entry, append its line to ``fd`` and fsync it; return seconds taken."""
     started = time.perf_counter()
     for each in batch:
-        os.write(fd, entry_record(each.model_call_id, each.to_json_bytes()).line)
+        os.write(fd, record_line(each))
         os.fsync(fd)
     return time.perf_counter() - started
 
@@ -439,10 +444,10 @@ def section_hop(root: str, scale: Scale) -> None:
     )
     for shape, count in (("small", scale.hops // 4), ("large", max(10, scale.hops // 40))):
         split = asyncio.run(put_split(root, shape, count))
-        s, b, p = split["serialize"], split["blocking"], split["put"]
+        s, c, b, p = split["serialize"], split["check"], split["blocking"], split["put"]
         print(
-            f"{shape:>6} put {ms(p)} = serialize {ms(s)} + writer's blocking work {ms(b)} "
-            f"+ hop and wake-ups {ms(p - s - b)}"
+            f"{shape:>6} put {ms(p)} = serialize {ms(s)} + check {ms(c)} "
+            f"+ writer's blocking work {ms(b)} + hop and wake-ups {ms(p - s - c - b)}"
         )
         profile_blocking(root, shape, count)
 
@@ -451,7 +456,7 @@ async def put_split(root: str, shape: str, count: int) -> dict[str, float]:
     """Median put latency next to its parts, measured alternately so disk noise hits all alike."""
     store = FileTokenStore(root)
     logs = RolloutLogs(root)
-    serialize, blocking, puts = [], [], []
+    serialize, checked, blocking, puts = [], [], [], []
     whole = entries(templates(shape), f"split-{shape}-put", count)
     parts = entries(templates(shape), f"split-{shape}-parts", count)
     for each, part in zip(whole, parts, strict=True):
@@ -459,8 +464,11 @@ async def put_split(root: str, shape: str, count: int) -> dict[str, float]:
         await store.put(each)
         puts.append(time.perf_counter() - started)
         started = time.perf_counter()
-        payload = part.to_json_bytes()
+        part.to_json_bytes()
         serialize.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        payload = part.checked_json_bytes()
+        checked.append(time.perf_counter() - started)
         started = time.perf_counter()
         logs.put(part.rollout_id, [(part.model_call_id, payload)])
         blocking.append(time.perf_counter() - started)
@@ -468,6 +476,7 @@ async def put_split(root: str, shape: str, count: int) -> dict[str, float]:
     await store.close()
     return {
         "serialize": statistics.median(serialize),
+        "check": statistics.median(checked) - statistics.median(serialize),
         "blocking": statistics.median(blocking),
         "put": statistics.median(puts),
     }
@@ -480,7 +489,7 @@ def profile_blocking(root: str, shape: str, count: int) -> None:
     profiler = cProfile.Profile()
     profiler.enable()
     for each in batch:
-        logs.put(each.rollout_id, [(each.model_call_id, each.to_json_bytes())])
+        logs.put(each.rollout_id, [(each.model_call_id, each.checked_json_bytes())])
     profiler.disable()
     logs.close()
     out = io.StringIO()

@@ -84,6 +84,7 @@ class RolloutLog:
         self._fd = -1
         self._identity = (0, 0)
         self._offset = 0
+        self._size = 0
         self._replaced = False
 
     def close(self) -> None:
@@ -128,6 +129,8 @@ class RolloutLog:
             except FileNotFoundError:
                 current = None
             if current is not None and (current.st_dev, current.st_ino) == self._identity:
+                # The name names the locked inode, so this is its size: no fstat needed.
+                self._size = current.st_size
                 return True
             self.close()
         raise CorruptStoreError(
@@ -164,7 +167,7 @@ class RolloutLog:
         return True
 
     def _catch_up(self) -> None:
-        size = os.fstat(self._fd).st_size
+        size = self._size
         if size < self._offset:
             raise CorruptStoreError(
                 f"{self.path}: shrank to {size} bytes below the {self._offset} bytes "

@@ -27,14 +27,14 @@ __all__ = ["WriterThread"]
 T = TypeVar("T")
 
 
-@dataclass
+@dataclass(slots=True)
 class _Job:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
     work: Callable[[RolloutLogs], Any]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Put:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]

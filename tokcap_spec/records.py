@@ -49,10 +49,13 @@ TokenId = Annotated[int, Field(strict=True, ge=0, le=MAX_TOKEN_ID)]
 LogProb = Annotated[float, Field(strict=True), AfterValidator(_refuse_nan)]
 
 
+_ENCODER: Final = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True
+)
+
+
 def _canonical(fields: dict[str, Any]) -> bytes:
-    return json.dumps(
-        fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True
-    ).encode("ascii")
+    return _ENCODER.encode(fields).encode("ascii")
 
 
 class TokenEntry(BaseModel):
@@ -126,8 +129,9 @@ class TokenEntry(BaseModel):
         """
         fields = self.model_dump(mode="python", warnings=False)
         payload = _canonical(fields)
-        # The fields are what the bytes decode to, up to the types JSON merges (tuple and list,
-        # a subclass and its base), none of which changes what validation accepts.
+        # The fields are what the bytes decode to, up to what JSON merges: tuple and list, a
+        # subclass and its base (validation takes either alike), and a dict's int key and its
+        # string (validation of output_items refuses the int, the reader would not: the safe way).
         TokenEntry.model_validate(fields)
         return payload
 

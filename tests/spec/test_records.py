@@ -302,8 +302,9 @@ class TestCheckedBytes:
             ({"prompt_token_ids": [2**31]}, "prompt_token_ids"),
             ({"schema_version": 2}, "schema_version 2"),
             ({"token_item_index": 0}, "token_item_index"),
+            ({"output_items": [{1: "a"}]}, "output_items"),
         ],
-        ids=["nan", "lengths", "token-id", "newer-schema", "index"],
+        ids=["nan", "lengths", "token-id", "newer-schema", "index", "int-key"],
     )
     def test_an_entry_that_skipped_validation_is_refused(
         self, fields: dict[str, Any], field: str
