@@ -205,11 +205,16 @@ class RolloutLog:
                 f"{self.path}: line {self.state.lines + 1} is not a valid record: {exc}"
             ) from None
 
-    def append(self, records: Sequence[Record]) -> None:
-        """Append ``records`` durably (the header first if the log has none) and replay them.
+    def append(self, records: Sequence[Record], *, sync: bool = True) -> bool:
+        """Append ``records`` (the header first if the log has none) and replay them.
 
-        Call only inside :meth:`locked`. On failure nothing is replayed, the bytes are cut off
-        again where possible, and :class:`StoreWriteError` is raised.
+        Call only inside :meth:`locked`. With ``sync`` the records are durable on return. Without
+        it, they are written but the caller must call :meth:`sync_appended` after releasing the
+        lock, and treat them as not durable until that returns; then True says a sync is owed
+        (a new log's first records are always synced at once, with its directory entry, and
+        False says so). Syncing outside the lock lets processes appending to one rollout share
+        their syncs. On failure nothing is replayed, the bytes are cut off again where
+        possible, and :class:`StoreWriteError` is raised.
         """
         first = not self.state.opened
         if first:
@@ -217,9 +222,11 @@ class RolloutLog:
         # A new log is sealed (format 2); one begun in format 1 stays in format 1.
         sealed = first or self.state.sealed
         data = b"".join(record.encode(sealed=sealed) for record in records)
+        owed = not (sync or first)
         try:
             _write(self._fd, data, self._offset)
-            _sync_data(self._fd)
+            if not owed:
+                _sync_data(self._fd)
             if first:
                 sync_directory(self._dir_fd)
         except OSError as exc:
@@ -232,6 +239,22 @@ class RolloutLog:
         for record in records:
             self.state.apply(record)
         self._offset += len(data)
+        return owed
+
+    def sync_appended(self) -> None:
+        """Make what :meth:`append` wrote without ``sync`` durable; call after the lock is released.
+
+        The sync covers every byte of the file, so one process's sync also makes durable what
+        others appended before it. Raises :class:`StoreWriteError` if the sync fails: the
+        records stay in the log (others may already have read them, so they cannot be cut off)
+        with their durability unknown.
+        """
+        try:
+            _sync_data(self._fd)
+        except OSError as exc:
+            raise StoreWriteError(
+                exc.errno, f"{self.path}: could not sync the records just appended: {exc}"
+            ) from exc
 
     def entries(self) -> list[TokenEntry]:
         """Return one fresh entry per call id, in log order (call only inside :meth:`locked`).

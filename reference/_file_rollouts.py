@@ -13,6 +13,7 @@ import stat
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 
 from reference._file_log import RolloutLog, rollout_id_of
 from reference._file_records import (
@@ -23,7 +24,13 @@ from reference._file_records import (
     intent_record,
     mark_record,
 )
-from tokcap_spec.errors import ConflictingEntryError, RolloutFrozenError, RolloutRetiredError
+from tokcap_spec.errors import (
+    ConflictingEntryError,
+    RolloutFrozenError,
+    RolloutRetiredError,
+    StoreWriteError,
+    TokenCaptureError,
+)
 from tokcap_spec.protocols import TokenCaptureSnapshot
 
 __all__ = ["OPEN_LOG_LIMIT", "RolloutLogs"]
@@ -86,8 +93,11 @@ class RolloutLogs:
     def put(self, rollout_id: str, items: Sequence[tuple[str, bytes]]) -> list[Exception | None]:
         """Store each ``(model_call_id, payload)`` in order; return each one's error or None.
 
-        All accepted records of the batch become durable with one sync. A conflicting re-put
-        durably marks the rollout incomplete and reports :class:`ConflictingEntryError`.
+        All accepted records of the batch become durable with one sync, taken after the lock is
+        released. A conflicting re-put durably marks the rollout incomplete and reports
+        :class:`ConflictingEntryError`. Raises :class:`StoreWriteError` if the records cannot
+        be written (they are cut off again) or synced (the rollout is then marked incomplete,
+        if the disk takes the mark, since the records stay and may not be durable).
         """
         log = self._log(rollout_id)
         with log.locked(create=True):
@@ -117,9 +127,21 @@ class RolloutLogs:
                     records.append(record)
                     added[call] = record.payload_digest
                     outcomes.append(None)
-            if records:
-                log.append(records)
-            return outcomes
+            owed = bool(records) and log.append(records, sync=False)
+        if owed:
+            try:
+                log.sync_appended()
+            except StoreWriteError:
+                self._mark_unsynced(log, log.state.epoch)
+                raise
+        return outcomes
+
+    def _mark_unsynced(self, log: RolloutLog, epoch: str) -> None:
+        # Records whose sync failed may or may not survive: fail closed where the disk allows,
+        # unless the incarnation they were written to is gone (dropped, retired or deleted).
+        with suppress(TokenCaptureError), log.locked(create=False) as exists:
+            if exists and not log.state.retired and log.state.epoch == epoch:
+                log.append([mark_record("", "a sync of appended records failed")])
 
     def mark_incomplete(self, rollout_id: str, model_call_id: str) -> None:
         """Durably mark the rollout incomplete, frozen or not."""

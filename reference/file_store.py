@@ -30,7 +30,9 @@ class FileTokenStore:
     - ``put`` returns only once the entry is on disk. Re-putting identical bytes is a no-op;
       reusing a call id with other bytes marks the rollout incomplete and raises
       :class:`~tokcap_spec.errors.ConflictingEntryError`; a new call after ``freeze`` raises
-      :class:`~tokcap_spec.errors.RolloutFrozenError` (strict fence).
+      :class:`~tokcap_spec.errors.RolloutFrozenError` (strict fence). A put the disk refuses
+      raises :class:`~tokcap_spec.errors.StoreWriteError`; if only its sync failed, the record
+      may stay, so the rollout is marked incomplete where the disk still takes a mark.
     - ``mark_incomplete`` is durable and sticky, before or after ``freeze``, and changes the
       version.
     - ``freeze`` fences the rollout durably and returns the same ``snapshot_id`` and ``version``

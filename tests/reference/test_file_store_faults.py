@@ -96,11 +96,18 @@ class Disk:
 
         self._monkeypatch.setattr(FILE_LAYER_OS, "pwrite", pwrite)
 
-    def fail_data_syncs(self, code: int) -> None:
-        """Make every data sync of an appended log fail with ``code``."""
+    def fail_data_syncs(self, code: int, *, times: int | None = None) -> None:
+        """Make data syncs of appended logs fail with ``code``: all, or the next ``times``."""
+        left = times
 
         def sync(fd: int) -> None:
+            nonlocal left
             self.calls.append("sync")
+            if left is not None:
+                if left <= 0:
+                    self.real_sync(fd)
+                    return
+                left -= 1
             raise OSError(code, os.strerror(code))
 
         self._monkeypatch.setattr(_file_log, "_sync_data", sync)
@@ -171,21 +178,40 @@ class TestPut:
         disk.heal()
         assert payloads(fresh_freeze(root, "r")) == {"a": entry("r", "a").to_json_bytes()}
 
-    def test_a_failed_sync_raises_and_cuts_the_unsynced_record(
+    def test_a_failed_sync_raises_and_marks_the_rollout_incomplete(
         self, store: FileTokenStore, root: Path, disk: Disk, code: int
     ) -> None:
-        """A put whose data sync fails raises StoreWriteError and its bytes are cut off again."""
+        """A put whose sync fails raises StoreWriteError, and the rollout fails closed.
+
+        The record may stay (other processes may have read it, so it is never cut off), but
+        whether it is durable is unknown: a mark makes every later freeze incomplete and moves
+        the version, so a snapshot taken before cannot be dropped as if clean.
+        """
         run(store.put(entry("r", "a")))
-        before = log_bytes(root, "r")
-        disk.fail_data_syncs(code)
-        with pytest.raises(StoreWriteError) as raised:
+        disk.fail_data_syncs(code, times=1)
+        with pytest.raises(StoreWriteError, match="could not sync") as raised:
             run(store.put(entry("r", "b")))
         assert raised.value.errno == code
-        assert log_bytes(root, "r") == before
+        snapshot = fresh_freeze(root, "r")
+        assert snapshot.incomplete
+        assert payloads(snapshot) == {call: entry("r", call).to_json_bytes() for call in ("a", "b")}
+        assert snapshot.version == 3
+
+    def test_a_failed_sync_whose_mark_also_fails_still_raises(
+        self, store: FileTokenStore, root: Path, disk: Disk, code: int
+    ) -> None:
+        """When no sync works, the put raises and what was acked before is untouched."""
+        run(store.put(entry("r", "a")))
+        disk.fail_data_syncs(code)
+        with pytest.raises(StoreWriteError):
+            run(store.put(entry("r", "b")))
+        with pytest.raises(StoreWriteError):
+            run(store.mark_incomplete("r", "b"))
         disk.heal()
         snapshot = fresh_freeze(root, "r")
-        assert sorted(payloads(snapshot)) == ["a"]
-        assert snapshot.version == 1
+        assert payloads(snapshot)["a"] == entry("r", "a").to_json_bytes()
+        run(store.mark_incomplete("r", "b"))
+        assert fresh_freeze(root, "r").incomplete
 
     def test_a_write_cut_short_leaves_no_torn_record(
         self, store: FileTokenStore, root: Path, disk: Disk, code: int

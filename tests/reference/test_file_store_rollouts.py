@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from reference import _file_rollouts
+from reference import _file_log, _file_rollouts
 from reference._file_log import log_name
 from reference._file_records import entry_record
 from reference._file_rollouts import RolloutLogs
@@ -17,6 +19,7 @@ from tokcap_spec.errors import (
     CorruptStoreError,
     RolloutFrozenError,
     RolloutRetiredError,
+    StoreWriteError,
 )
 from tokcap_spec.records import TokenEntry
 
@@ -90,6 +93,46 @@ class TestPut:
         before = (tmp_path / log_name("r")).read_bytes()
         assert logs.put("r", [("a", payload("r", "a"))]) == [None]
         assert (tmp_path / log_name("r")).read_bytes() == before
+
+
+class TestSyncOutsideTheLock:
+    def test_a_put_syncs_after_releasing_the_rollout_lock(
+        self, logs: RolloutLogs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """While a put waits for its sync, another process could lock the log and append."""
+        logs.put("r", [("a", payload("r", "a"))])
+        real_sync = _file_log._sync_data
+        free_during_sync: list[bool] = []
+
+        def sync(fd: int) -> None:
+            other = os.open(tmp_path / log_name("r"), os.O_RDONLY)
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                free_during_sync.append(True)
+            except BlockingIOError:
+                free_during_sync.append(False)
+            finally:
+                os.close(other)
+            real_sync(fd)
+
+        monkeypatch.setattr(_file_log, "_sync_data", sync)
+        logs.put("r", [("b", payload("r", "b")), ("c", payload("r", "c"))])
+        assert free_during_sync == [True]
+
+    def test_a_failed_sync_marks_nothing_once_the_rollout_is_gone(
+        self, logs: RolloutLogs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """If the rollout was deleted before the sync failed, no new incarnation is made."""
+        logs.put("r", [("a", payload("r", "a"))])
+
+        def sync(fd: int) -> None:
+            os.unlink(tmp_path / log_name("r"))  # another process deletes the rollout
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+        monkeypatch.setattr(_file_log, "_sync_data", sync)
+        with pytest.raises(StoreWriteError, match="could not sync"):
+            logs.put("r", [("b", payload("r", "b"))])
+        assert not (tmp_path / log_name("r")).exists()
 
 
 class TestOpenLogs:
