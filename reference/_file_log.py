@@ -1,10 +1,11 @@
 """One rollout's append-only log file, shared by every process that opens the same directory.
 
-Every use happens under an exclusive ``flock`` of the log file. A drop or retire replaces the
-file by a tombstone (atomic rename) and a delete unlinks it, so whoever takes the lock checks
-that the path still names the inode it locked and reopens when it does not. While locked, the
-log first catches up: it reads only the bytes appended since it last looked, cuts a torn final
-line (a writer that died mid-append) and replays the rest.
+Every read and write happens under an exclusive ``flock`` of the log file; only the sync of a
+put's records may follow once the lock is released (see :meth:`RolloutLog.append`). A drop or
+retire replaces the file by a tombstone (atomic rename) and a delete unlinks it, so whoever
+takes the lock checks that the path still names the inode it locked and reopens when it does
+not. While locked, the log first catches up: it reads only the bytes appended since it last
+looked, cuts a torn final line (a writer that died mid-append) and replays the rest.
 
 Nothing here follows a symlink: files are opened relative to the directory's descriptor with
 ``O_NOFOLLOW``, and anything but a regular file is refused.
