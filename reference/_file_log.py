@@ -26,8 +26,8 @@ from reference._file_records import (
     ENTRY_PREFIX,
     Record,
     RolloutState,
+    has_checksum,
     open_record,
-    parse_first_record,
     parse_record,
     tombstone_record,
 )
@@ -196,11 +196,10 @@ class RolloutLog:
 
     def _apply(self, line: bytes) -> None:
         state = self.state
+        if not state.lines:
+            state.sealed = has_checksum(line)
         try:
-            if state.lines:
-                state.apply(parse_record(line, sealed=state.sealed))
-            else:
-                state.apply(parse_first_record(line))
+            state.apply(parse_record(line, sealed=state.sealed))
         except ValueError as exc:
             raise CorruptStoreError(
                 f"{self.path}: line {self.state.lines + 1} is not a valid record: {exc}"

@@ -48,10 +48,10 @@ __all__ = [
     "digest",
     "entry_record",
     "freeze_record",
+    "has_checksum",
     "intent_record",
     "mark_record",
     "open_record",
-    "parse_first_record",
     "parse_record",
     "seal",
     "tombstone_record",
@@ -87,7 +87,8 @@ def seal(line: bytes) -> bytes:
     return b"%s%s%08x%s" % (body, _CRC_FIELD, zlib.crc32(body), _CRC_END)
 
 
-def _is_sealed(line: bytes) -> bool:
+def has_checksum(line: bytes) -> bool:
+    """Return whether ``line`` ends the way a format 2 line does (its sum is not verified)."""
     digits = line[-len(_CRC_END) - _CRC_DIGITS : -len(_CRC_END)]
     return (
         line.endswith(_CRC_END)
@@ -99,7 +100,7 @@ def _is_sealed(line: bytes) -> bool:
 
 def _unseal(line: bytes) -> bytes:
     """Return the format 1 form of a sealed ``line``; raise ``ValueError`` if its sum is wrong."""
-    if not _is_sealed(line):
+    if not has_checksum(line):
         raise ValueError('the line does not end with its checksum ,"crc":"XXXXXXXX"}')
     body = line[:-_SEAL_SIZE]
     stored = line[-len(_CRC_END) - _CRC_DIGITS : -len(_CRC_END)]
@@ -122,8 +123,7 @@ class Record:
     """One parsed (or about to be written) log line.
 
     ``line`` is the record in format 1, without a checksum; :meth:`encode` gives the bytes a log
-    of either format holds. ``sealed`` says whether the line read carried a checksum (only
-    meaningful for a log's first line, which tells the log's format).
+    of either format holds.
     """
 
     kind: str
@@ -134,7 +134,6 @@ class Record:
     epoch: str = ""
     rollout_id: str = ""
     at: float = 0.0
-    sealed: bool = True
 
     def encode(self, *, sealed: bool) -> bytes:
         """Return the bytes of this record in a log whose lines are ``sealed`` (format 2) or not."""
@@ -194,7 +193,7 @@ def _string(fields: dict[str, Any], name: str) -> str:
     return value
 
 
-def _parse_entry(line: bytes, sealed: bool) -> Record:
+def _parse_entry(line: bytes) -> Record:
     # Only the call id is decoded; the payload is checked for shape and parsed at freeze.
     try:
         text = line.decode("utf-8")
@@ -212,9 +211,7 @@ def _parse_entry(line: bytes, sealed: bool) -> Record:
     payload = line[end + len(_ENTRY_FIELD) : -len(ENTRY_SUFFIX)]
     if not payload.startswith(b"{") or not line.endswith(b"}" + ENTRY_SUFFIX):
         raise ValueError("the entry of an entry record must be a JSON object")
-    return Record(
-        ENTRY, line, call=call, payload=payload, payload_digest=digest(payload), sealed=sealed
-    )
+    return Record(ENTRY, line, call=call, payload=payload, payload_digest=digest(payload))
 
 
 def parse_record(line: bytes, *, sealed: bool = True) -> Record:
@@ -227,10 +224,10 @@ def parse_record(line: bytes, *, sealed: bool = True) -> Record:
         raise ValueError("the line does not end with a newline")
     if sealed:
         line = _unseal(line)
-    elif _is_sealed(line):
+    elif has_checksum(line):
         raise ValueError("the line carries a checksum, but the log's first line has none")
     if line.startswith(ENTRY_PREFIX):
-        return _parse_entry(line, sealed)
+        return _parse_entry(line)
     try:
         fields = json.loads(line)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -247,35 +244,20 @@ def parse_record(line: bytes, *, sealed: bool = True) -> Record:
                 f"{'with' if sealed else 'without'} a checksum must say format {expected})"
             )
         return Record(
-            OPEN,
-            line,
-            epoch=_string(fields, "epoch"),
-            rollout_id=_string(fields, "rollout_id"),
-            sealed=sealed,
+            OPEN, line, epoch=_string(fields, "epoch"), rollout_id=_string(fields, "rollout_id")
         )
     if kind in (INTENT, MARK):
-        return Record(kind, line, call=_string(fields, "call"), sealed=sealed)
+        return Record(kind, line, call=_string(fields, "call"))
     if kind == FREEZE:
-        return Record(FREEZE, line, sealed=sealed)
+        return Record(FREEZE, line)
     if kind == TOMBSTONE:
         at = fields.get("at")
         if not isinstance(at, int | float) or isinstance(at, bool):
             raise ValueError(f"field 'at' must be a number, got {type(at).__name__}")
-        return Record(
-            TOMBSTONE, line, rollout_id=_string(fields, "rollout_id"), at=float(at), sealed=sealed
-        )
+        return Record(TOMBSTONE, line, rollout_id=_string(fields, "rollout_id"), at=float(at))
     if kind == ENTRY:
         raise ValueError(f"an entry record must start with {ENTRY_PREFIX.decode()}")
     raise ValueError(f"unknown record kind {kind!r}")
-
-
-def parse_first_record(line: bytes) -> Record:
-    """Parse the first line of a log, which tells whether the log's lines carry checksums.
-
-    A first line that ends like a checksum is verified as one (and, as a header, must say
-    format 2); any other is read as format 1. Either way the result's ``sealed`` says which.
-    """
-    return parse_record(line, sealed=line.endswith(b"\n") and _is_sealed(line))
 
 
 @dataclass
@@ -284,7 +266,8 @@ class RolloutState:
 
     ``version`` counts state changes (new entries, intents, marks); a freeze does not change
     it, so repeated freezes agree (FREEZE-2) and any mark after a freeze changes it (DROP-4).
-    ``sealed`` is the first line's: whether every line of the log carries a checksum.
+    ``sealed`` says whether every line of the log carries a checksum; the log sets it from its
+    first line, the one line whose format is not known before it is read.
     """
 
     rollout_id: str
@@ -326,7 +309,6 @@ class RolloutState:
                     f"the log belongs to rollout {record.rollout_id!r}, "
                     f"expected {self.rollout_id!r}"
                 )
-            self.sealed = record.sealed
             if record.kind == OPEN:
                 self.epoch = record.epoch
             else:
