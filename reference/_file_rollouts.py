@@ -41,19 +41,6 @@ OPEN_LOG_LIMIT = 64
 _TOMBSTONE_SIZE_LIMIT = 1024
 
 
-def _retired(rollout_id: str) -> RolloutRetiredError:
-    return RolloutRetiredError(
-        f"rollout {rollout_id!r} was dropped or retired; it accepts no more writes "
-        "(delete it to reuse the id)"
-    )
-
-
-def _frozen(rollout_id: str, model_call_id: str) -> RolloutFrozenError:
-    return RolloutFrozenError(
-        f"rollout {rollout_id!r} is frozen; it accepts no new call, got {model_call_id!r}"
-    )
-
-
 class RolloutLogs:
     """Every rollout log under ``root``; each method is one locked step on one rollout.
 
@@ -103,7 +90,7 @@ class RolloutLogs:
         with log.locked(create=True):
             state = log.state
             if state.retired:
-                return [_retired(rollout_id) for _ in items]
+                return [RolloutRetiredError.for_rollout(rollout_id) for _ in items]
             records: list[Record] = []
             added: dict[str, bytes] = {}
             outcomes: list[Exception | None] = []
@@ -121,7 +108,7 @@ class RolloutLogs:
                         )
                     )
                 elif state.frozen:
-                    outcomes.append(_frozen(rollout_id, call))
+                    outcomes.append(RolloutFrozenError.for_call(rollout_id, call))
                 else:
                     record = entry_record(call, payload)
                     records.append(record)
@@ -148,7 +135,7 @@ class RolloutLogs:
         log = self._log(rollout_id)
         with log.locked(create=True):
             if log.state.retired:
-                raise _retired(rollout_id)
+                raise RolloutRetiredError.for_rollout(rollout_id)
             log.append([mark_record(model_call_id, "mark_incomplete")])
 
     def begin_call(self, rollout_id: str, model_call_id: str) -> None:
@@ -157,11 +144,11 @@ class RolloutLogs:
         with log.locked(create=True):
             state = log.state
             if state.retired:
-                raise _retired(rollout_id)
+                raise RolloutRetiredError.for_rollout(rollout_id)
             if model_call_id in state.intents or model_call_id in state.digests:
                 return
             if state.frozen:
-                raise _frozen(rollout_id, model_call_id)
+                raise RolloutFrozenError.for_call(rollout_id, model_call_id)
             log.append([intent_record(model_call_id)])
 
     def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
@@ -170,7 +157,7 @@ class RolloutLogs:
         with log.locked(create=True):
             state = log.state
             if state.retired:
-                raise _retired(rollout_id)
+                raise RolloutRetiredError.for_rollout(rollout_id)
             if not state.frozen:
                 log.append([freeze_record()])
             return TokenCaptureSnapshot(

@@ -88,9 +88,7 @@ class MemoryTokenStore:
         """Return the rollout's state, creating it; raise if it was retired. Hold the lock."""
         checked = validate_rollout_id(rollout_id)
         if checked in self._shared.retired:
-            raise RolloutRetiredError(
-                f"rollout {checked!r} was already dropped or retired; expected a live rollout"
-            )
+            raise RolloutRetiredError.for_rollout(checked)
         return self._shared.rollouts.setdefault(checked, _Rollout())
 
     async def put(self, entry: TokenEntry) -> None:
@@ -112,10 +110,7 @@ class MemoryTokenStore:
                     "The rollout is now marked incomplete"
                 )
             if rollout.frozen:
-                raise RolloutFrozenError(
-                    f"rollout {entry.rollout_id!r} is frozen; expected no new call, got "
-                    f"model_call_id {entry.model_call_id!r}"
-                )
+                raise RolloutFrozenError.for_call(entry.rollout_id, entry.model_call_id)
             rollout.entries[entry.model_call_id] = entry.model_copy(deep=True)
             rollout.payloads[entry.model_call_id] = payload
             rollout.version += 1
@@ -137,10 +132,7 @@ class MemoryTokenStore:
             if call_id in rollout.intents or call_id in rollout.entries:
                 return
             if rollout.frozen:
-                raise RolloutFrozenError(
-                    f"rollout {rollout_id!r} is frozen; expected no new call, got an intent for "
-                    f"model_call_id {call_id!r}"
-                )
+                raise RolloutFrozenError.for_call(rollout_id, call_id)
             rollout.intents.add(call_id)
             rollout.version += 1
 

@@ -61,19 +61,6 @@ def _seconds(name: str, value: object) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
-def _retired(rollout_id: str) -> RolloutRetiredError:
-    return RolloutRetiredError(
-        f"rollout {rollout_id!r} was dropped or retired; expected a live rollout "
-        "(delete it to reuse the id)"
-    )
-
-
-def _frozen(rollout_id: str, model_call_id: str) -> RolloutFrozenError:
-    return RolloutFrozenError(
-        f"rollout {rollout_id!r} is frozen; expected no new call, got {model_call_id!r}"
-    )
-
-
 def _epoch() -> str:
     return os.urandom(8).hex()
 
@@ -222,9 +209,9 @@ class RedisTokenStore:
         payload = entry.checked_json_bytes()
         outcome = await self._run(PUT, rollout_id, [call, payload, _epoch()])
         if outcome == b"retired":
-            raise _retired(rollout_id)
+            raise RolloutRetiredError.for_rollout(rollout_id)
         if outcome == b"frozen":
-            raise _frozen(rollout_id, call)
+            raise RolloutFrozenError.for_call(rollout_id, call)
         if outcome == b"conflict":
             raise ConflictingEntryError(
                 f"rollout {rollout_id!r} already holds a different entry for model_call_id "
@@ -236,7 +223,7 @@ class RedisTokenStore:
         rollout_id = validate_rollout_id(rollout_id)
         validate_call_id(model_call_id, allow_empty=True)
         if await self._run(MARK_INCOMPLETE, rollout_id, [_epoch()]) == b"retired":
-            raise _retired(rollout_id)
+            raise RolloutRetiredError.for_rollout(rollout_id)
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Announce ``model_call_id``; a freeze before its entry arrives is incomplete."""
@@ -244,16 +231,16 @@ class RedisTokenStore:
         call = validate_call_id(model_call_id)
         outcome = await self._run(BEGIN_CALL, rollout_id, [call, _epoch()])
         if outcome == b"retired":
-            raise _retired(rollout_id)
+            raise RolloutRetiredError.for_rollout(rollout_id)
         if outcome == b"frozen":
-            raise _frozen(rollout_id, call)
+            raise RolloutFrozenError.for_call(rollout_id, call)
 
     async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
         """Fence ``rollout_id`` on the server and return a snapshot of everything it holds."""
         rollout_id = validate_rollout_id(rollout_id)
         reply = await self._run(FREEZE, rollout_id, [_epoch()])
         if reply[0] == b"retired":
-            raise _retired(rollout_id)
+            raise RolloutRetiredError.for_rollout(rollout_id)
         epoch, version, incomplete, *payloads = reply[1:]
         try:
             entries = tuple(TokenEntry.from_json_bytes(payload) for payload in payloads)

@@ -30,9 +30,25 @@ class InvalidRolloutIdError(TokenCaptureError, ValueError):
 class RolloutFrozenError(TokenCaptureError):
     """A put of a new call reached a rollout that is already frozen (strict fence, FENCE-1)."""
 
+    @classmethod
+    def for_call(cls, rollout_id: str, model_call_id: str) -> RolloutFrozenError:
+        """Return the error for a new call ``model_call_id`` that reached frozen ``rollout_id``."""
+        return cls(
+            f"rollout {rollout_id!r} is frozen; expected no new call, got model_call_id "
+            f"{model_call_id!r}"
+        )
+
 
 class RolloutRetiredError(TokenCaptureError):
     """A write reached a rollout that a consumer already dropped or retired (FENCE-2)."""
+
+    @classmethod
+    def for_rollout(cls, rollout_id: str) -> RolloutRetiredError:
+        """Return the error for a write that reached dropped or retired ``rollout_id``."""
+        return cls(
+            f"rollout {rollout_id!r} was already dropped or retired; expected a live rollout "
+            "(delete it to reuse the id)"
+        )
 
 
 class ConflictingEntryError(TokenCaptureError):
