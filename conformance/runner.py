@@ -9,7 +9,7 @@ from conformance.registry import Check
 from conformance.settings import KitSettings
 from conformance.violation import ClauseViolation, ExtensionMissing, NotClaimed
 
-__all__ = ["CheckSkipped", "run_check"]
+__all__ = ["CheckBlocked", "CheckSkipped", "run_check"]
 
 
 class CheckSkipped(Exception):
@@ -20,17 +20,39 @@ class CheckSkipped(Exception):
         self.reason = reason
 
 
+class CheckBlocked(Exception):
+    """A more basic clause broke, so the check could not judge its own clause.
+
+    ``clause`` is the clause the check judges, ``blocked_by`` the clause that broke first and
+    ``violation`` the evidence against ``blocked_by`` (itself a failure of that clause).
+    Blocked never counts as passed.
+    """
+
+    def __init__(self, clause: str, violation: ClauseViolation) -> None:
+        self.clause = clause
+        self.blocked_by = violation.clause
+        self.violation = violation
+        self.reason = (
+            f"blocked by {violation.clause}: expected {violation.expected}; "
+            f"observed {violation.observed}"
+        )
+        super().__init__(self.reason)
+
+
 def run_check(settings: KitSettings, check: Check) -> dict[str, str]:
     """Run ``check`` against the target; return what it observed about the target.
 
-    Raises :class:`ClauseViolation` (always naming a clause) when the target breaks the
-    contract, and :class:`CheckSkipped` when the check does not apply.
+    Raises :class:`ClauseViolation` (always naming a clause the check judges) when the target
+    breaks the contract, :class:`CheckBlocked` when a more basic clause broke first, and
+    :class:`CheckSkipped` when the check does not apply.
     """
     __tracebackhide__ = True
     kit = Kit(settings, check.id)
     try:
         check.function(kit)
-    except ClauseViolation:
+    except ClauseViolation as exc:
+        if exc.clause != check.clause and exc.clause not in check.covers:
+            raise CheckBlocked(check.clause, exc) from None
         raise
     except NotClaimed as exc:
         raise CheckSkipped(f"not claimed: {exc}") from None

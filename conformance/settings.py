@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 __all__ = [
     "CAPABILITIES",
+    "DEFAULT_ENTRY_CLASS",
     "DEFAULT_SEED",
     "FENCES",
     "OPTIONS",
@@ -32,6 +33,7 @@ CAPABILITIES = ("no-delete", "process-local")
 FENCES = ("any", "strict")
 PROFILES = ("quick", "ci", "thorough")
 DEFAULT_SEED = 1729
+DEFAULT_ENTRY_CLASS = "tokcap_spec.records:TokenEntry"
 FILE_STORE_TARGET = "reference.file_store:FileTokenStore"
 
 
@@ -78,6 +80,11 @@ OPTIONS = (
     Option("profile", "budget of the concurrency checks: quick, ci or thorough"),
     Option("report", "write the JSON conformance report to this path"),
     Option("report-md", "write the conformance report as a markdown table to this path"),
+    Option(
+        "entry-class",
+        "the record class the kit builds the entries it puts with, as module.path:ClassName "
+        "(default: tokcap_spec.records:TokenEntry)",
+    ),
 )
 
 
@@ -96,6 +103,7 @@ class KitSettings:
     report: Path | None = None
     report_md: Path | None = None
     config: Path | None = None
+    entry_class: str = DEFAULT_ENTRY_CLASS
 
     def __post_init__(self) -> None:
         if not self.source:
@@ -167,6 +175,7 @@ def _build(raw: dict[str, tuple[Any, str]]) -> KitSettings:
         report=_path(raw, "report"),
         report_md=_path(raw, "report-md"),
         config=config_path,
+        entry_class=_entry_class(raw),
     )
 
 
@@ -269,3 +278,18 @@ def _path(raw: dict[str, tuple[Any, str]], name: str) -> Path | None:
     if name not in raw:
         return None
     return Path(os.path.expanduser(str(raw[name][0])))
+
+
+def _entry_class(raw: dict[str, tuple[Any, str]]) -> str:
+    if "entry-class" not in raw:
+        return DEFAULT_ENTRY_CLASS
+    target = _target(raw, "entry-class")
+    from conformance.entries import EntryClassError, load_entry_class
+
+    try:
+        load_entry_class(target)
+    except EntryClassError as exc:
+        raise SettingsError(
+            f"--tokcap-entry-class={target!r} (from {raw['entry-class'][1]}): {exc}"
+        ) from None
+    return target
