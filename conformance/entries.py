@@ -8,12 +8,13 @@ entries, so a failure replays.
 
 from __future__ import annotations
 
+import importlib
 import random
 from typing import Any
 
 from tokcap_spec.records import TokenEntry
 
-__all__ = ["ODD_CALL_IDS", "EntryFactory"]
+__all__ = ["ODD_CALL_IDS", "EntryClassError", "EntryFactory", "load_entry_class"]
 
 ODD_CALL_IDS = (
     "call with spaces",
@@ -26,6 +27,49 @@ ODD_CALL_IDS = (
     "x" * 300,
 )
 """``model_call_id`` strings a transport must keep exactly (PUT-6)."""
+
+class EntryClassError(ValueError):
+    """The ``--tokcap-entry-class`` target cannot build the record's entries."""
+
+
+def load_entry_class(target: str) -> type[Any]:
+    """Import ``module.path:ClassName`` and prove it builds an entry from the record's fields."""
+    module_name, _, name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise EntryClassError(
+            f"module {module_name!r} cannot be imported ({type(exc).__name__}); install it or "
+            "fix the module path"
+        ) from None
+    found = getattr(module, name, None)
+    if not isinstance(found, type):
+        raise EntryClassError(f"module {module_name!r} has no class {name!r}")
+    sample = _PROBE_FIELDS
+    try:
+        found(**sample)
+    except Exception as exc:
+        raise EntryClassError(
+            f"{target} cannot be built by keyword from the record's fields "
+            f"({', '.join(sample)}): {type(exc).__name__}; pass a class whose constructor takes "
+            "them, or leave the option out to use tokcap_spec.records:TokenEntry"
+        ) from None
+    return found
+
+
+_PROBE_FIELDS: dict[str, Any] = {
+    "rollout_id": "probe",
+    "model_call_id": "probe-call",
+    "model": "policy",
+    "prompt_token_ids": [1, 2],
+    "generation_token_ids": [3],
+    "generation_log_probs": [-0.5],
+    "routed_experts": None,
+    "output_items": [{"type": "message", "role": "assistant", "content": "ok"}],
+    "token_item_index": 0,
+    "created_at": 1.7e9,
+}
+
 
 _TEXTS = ("plain answer", "ünïcødé ✓", "emoji 🚀🔥", "多言語テキスト", 'quote " and \\ slash', "")
 
