@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from conformance.entries import EntryFactory
+from conformance.entries import EntryFactory, load_entry_class
 from conformance.settings import KitSettings
 from conformance.violation import ClauseViolation, fail
 from tokcap_spec.config import TokenIdCaptureConfig
@@ -87,7 +87,7 @@ class Kit:
         self.check_id = check_id
         self.loop = asyncio.new_event_loop()
         self.random = random.Random(f"{settings.seed}:{check_id}")
-        self.entries = EntryFactory(self.random)
+        self.entries = EntryFactory(self.random, load_entry_class(settings.entry_class))
         self._opened: list[Endpoint] = []
         self.observations: dict[str, str] = {}
         self._counter = itertools.count()

@@ -1,20 +1,29 @@
-"""Realistic and adversarial entries, drawn from a seeded random source.
+"""The entries the kit puts: plain ones for most checks, hazardous ones for the checks owning them.
 
-Most checks need a few entries that look like production traffic (thousands of token ids,
-log probs near zero) and carry the values transports get wrong: ``-inf`` and ``-0.0`` log
-probs, routed experts, unicode items, unknown extra fields. The same seed gives the same
-entries, so a failure replays.
+Most checks need entries that look like production traffic (hundreds of token ids, log probs
+near zero, routed experts) and whose values every plausible transport keeps: log probs exact in
+float32, whole-second timestamps, ASCII text, no extra fields, plain call ids. A store that
+mangles one of the values transports get wrong (``-inf``, ``-0.0``, unicode, extra fields, odd
+call ids) then fails only the clause that owns that value (PUT-2, PUT-6), not every check that
+puts. Entries are built with the run's entry class (``--tokcap-entry-class``) by keyword from
+the record's fields. The same seed gives the same entries, so a failure replays.
 """
 
 from __future__ import annotations
 
 import importlib
 import random
+from collections.abc import Callable
 from typing import Any
 
-from tokcap_spec.records import TokenEntry
+from conformance.reading import record_fields
 
-__all__ = ["ODD_CALL_IDS", "EntryClassError", "EntryFactory", "load_entry_class"]
+__all__ = [
+    "ODD_CALL_IDS",
+    "EntryClassError",
+    "EntryFactory",
+    "load_entry_class",
+]
 
 ODD_CALL_IDS = (
     "call with spaces",
@@ -26,7 +35,8 @@ ODD_CALL_IDS = (
     "../../etc/passwd",
     "x" * 300,
 )
-"""``model_call_id`` strings a transport must keep exactly (PUT-6)."""
+"""``model_call_id`` strings a transport must keep exactly (PUT-6, EXT-BEGIN-1)."""
+
 
 class EntryClassError(ValueError):
     """The ``--tokcap-entry-class`` target cannot build the record's entries."""
@@ -47,7 +57,7 @@ def load_entry_class(target: str) -> type[Any]:
         raise EntryClassError(f"module {module_name!r} has no class {name!r}")
     sample = _PROBE_FIELDS
     try:
-        found(**sample)
+        record_fields(found(**sample))
     except Exception as exc:
         raise EntryClassError(
             f"{target} cannot be built by keyword from the record's fields "
@@ -73,28 +83,49 @@ _PROBE_FIELDS: dict[str, Any] = {
 
 _TEXTS = ("plain answer", "ünïcødé ✓", "emoji 🚀🔥", "多言語テキスト", 'quote " and \\ slash', "")
 
+Build = Callable[..., Any]
+
 
 class EntryFactory:
-    """Builds valid :class:`TokenEntry` values from one ``random.Random``."""
+    """Builds entries with one entry class from one ``random.Random``."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, build: Build | None = None) -> None:
         self.rng = rng
+        self.build: Build = build if build is not None else _default_class()
         self._calls = 0
 
     def call_id(self) -> str:
-        """Return a new call id, sometimes an odd one."""
+        """Return a new plain call id."""
         self._calls += 1
-        if self.rng.random() < 0.3:
-            return f"{self.rng.choice(ODD_CALL_IDS)}#{self._calls}"
         return f"call-{self._calls}"
 
-    def log_probs(self, count: int) -> list[float]:
-        """Return ``count`` log probs with ``-inf`` and ``-0.0`` among them when count >= 2."""
-        values = [-self.rng.expovariate(2.0) for _ in range(count)]
-        if count >= 2:
-            values[self.rng.randrange(count)] = float("-inf")
-            values[self.rng.randrange(count)] = -0.0
-        return values
+    def plain_fields(
+        self,
+        rollout_id: str,
+        model_call_id: str | None = None,
+        *,
+        prompt_len: int | None = None,
+        generation_len: int | None = None,
+    ) -> dict[str, Any]:
+        """Return the fields of a realistic entry whose values every transport keeps."""
+        rng = self.rng
+        prompt_len = rng.randint(16, 512) if prompt_len is None else prompt_len
+        generation_len = rng.randint(4, 128) if generation_len is None else generation_len
+        return {
+            "rollout_id": rollout_id,
+            "model_call_id": model_call_id or self.call_id(),
+            "model": "policy",
+            "prompt_token_ids": [rng.randrange(1, 2**17) for _ in range(prompt_len)],
+            "generation_token_ids": [rng.randrange(1, 2**17) for _ in range(generation_len)],
+            # Multiples of 1/256 near zero are exact in float32 and in decimal.
+            "generation_log_probs": [-rng.randrange(1, 2048) / 256 for _ in range(generation_len)],
+            "routed_experts": [
+                [rng.randrange(64), rng.randrange(64)] for _ in range(generation_len)
+            ],
+            "output_items": [{"type": "message", "role": "assistant", "content": "plain answer"}],
+            "token_item_index": 0,
+            "created_at": float(1_700_000_000 + rng.randrange(1_000_000)),
+        }
 
     def entry(
         self,
@@ -104,39 +135,65 @@ class EntryFactory:
         prompt_len: int | None = None,
         generation_len: int | None = None,
         **overrides: Any,
-    ) -> TokenEntry:
-        """Return a realistic entry; ``overrides`` replace any field, extra fields included."""
+    ) -> Any:
+        """Return a plain, realistic entry; ``overrides`` replace any field."""
+        fields = self.plain_fields(
+            rollout_id, model_call_id, prompt_len=prompt_len, generation_len=generation_len
+        )
+        fields.update(overrides)
+        return self.build(**fields)
+
+    def hazardous(
+        self,
+        rollout_id: str,
+        model_call_id: str | None = None,
+        *,
+        prompt_len: int | None = None,
+        generation_len: int | None = None,
+    ) -> Any:
+        """Return an entry carrying what transports get wrong (PUT-2).
+
+        ``-inf`` and ``-0.0`` log probs, full 64-bit floats, the edges of the token id range,
+        unicode text, routed experts or None, fractional timestamps and unknown extra fields.
+        """
         rng = self.rng
-        prompt_len = rng.randint(1, 512) if prompt_len is None else prompt_len
-        generation_len = rng.randint(1, 128) if generation_len is None else generation_len
+        fields = self.plain_fields(
+            rollout_id, model_call_id, prompt_len=prompt_len, generation_len=generation_len
+        )
+        count = len(fields["generation_token_ids"])
+        values = [-rng.expovariate(2.0) for _ in range(count)]
+        if count >= 2:
+            values[rng.randrange(count)] = float("-inf")
+            values[rng.randrange(count)] = -0.0
+        prompt = fields["prompt_token_ids"]
+        if len(prompt) >= 2:
+            prompt[0], prompt[-1] = 0, 2**31 - 1
         items: list[dict[str, Any]] = [
             {"type": "message", "role": "assistant", "content": rng.choice(_TEXTS)},
+            {"type": "function_call", "name": "tool", "arguments": '{"q": "ü"}'},
         ]
-        if rng.random() < 0.5:
-            items.append({"type": "function_call", "name": "tool", "arguments": '{"q": "ü"}'})
-        fields: dict[str, Any] = {
-            "rollout_id": rollout_id,
-            "model_call_id": model_call_id or self.call_id(),
-            "model": rng.choice(("policy", "policy-🧪", "org/model-7b")),
-            "prompt_token_ids": [rng.randrange(2**31) for _ in range(prompt_len)],
-            "generation_token_ids": [rng.randrange(2**31) for _ in range(generation_len)],
-            "generation_log_probs": self.log_probs(generation_len),
-            "routed_experts": (
-                [[rng.randrange(64) for _ in range(2)] for _ in range(generation_len)]
-                if rng.random() < 0.5
-                else None
-            ),
-            "output_items": items,
-            "token_item_index": 0,
-            "created_at": 1.7e9 + rng.random() * 1e6,
-            "x_extra_field": {"note": rng.choice(_TEXTS), "n": rng.randrange(1000)},
-        }
-        fields.update(overrides)
-        return TokenEntry(**fields)
+        fields.update(
+            model=rng.choice(("policy-🧪", "org/model-7b")),
+            generation_log_probs=values,
+            routed_experts=fields["routed_experts"] if rng.random() < 0.5 else None,
+            output_items=items,
+            token_item_index=1,
+            created_at=1.7e9 + rng.random() * 1e6,
+            x_extra_field={"note": rng.choice(_TEXTS), "n": rng.randrange(1000)},
+        )
+        return self.build(**fields)
 
-    def variant(self, entry: TokenEntry) -> TokenEntry:
+    def variant(self, entry: Any) -> Any:
         """Return an entry with the same ids and a different payload (for PUT-4)."""
-        data = entry.model_dump()
+        data = record_fields(entry)
         data["generation_token_ids"] = [*data["generation_token_ids"], 7]
         data["generation_log_probs"] = [*data["generation_log_probs"], -0.5]
-        return TokenEntry(**data)
+        if data.get("routed_experts") is not None:
+            data["routed_experts"] = [*data["routed_experts"], [1, 2]]
+        return self.build(**data)
+
+
+def _default_class() -> Build:
+    from tokcap_spec.records import TokenEntry
+
+    return TokenEntry

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 SETTINGS_KEY = pytest.StashKey[KitSettings]()
 VERDICTS_KEY = pytest.StashKey[Verdicts]()
 SUITE = Path(__file__).with_name("suite") / "test_contract.py"
-_NOT_OBSERVATIONS = ("tokcap_message", "tokcap_clause", "tokcap_covers")
+_NOT_OBSERVATIONS = ("tokcap_message", "tokcap_clause", "tokcap_covers", "tokcap_blocked_by")
 _CLAUSE_IN_PARAM = re.compile(r"\[((?:EXT-[A-Z]+|[A-Z]+)-\d+)-[^\]]*\]$")
 
 
@@ -140,12 +140,16 @@ def tokcap_run(request: pytest.FixtureRequest) -> Callable[[Check], None]:
 
     def run(check: Check) -> None:
         __tracebackhide__ = True
-        from conformance.runner import CheckSkipped, run_check
+        from conformance.runner import CheckBlocked, CheckSkipped, run_check
         from conformance.violation import ClauseViolation
 
         try:
             observations = run_check(settings, check)
         except CheckSkipped as exc:
+            pytest.skip(exc.reason)
+        except CheckBlocked as exc:
+            request.node.user_properties.append(("tokcap_blocked_by", exc.blocked_by))
+            request.node.user_properties.append(("tokcap_message", str(exc.violation)))
             pytest.skip(exc.reason)
         except ClauseViolation as exc:
             request.node.user_properties.append(("tokcap_message", str(exc)))
@@ -181,9 +185,11 @@ class _Verdict:
             violated = str(properties.get("tokcap_clause") or clause)
             verdicts.record(violated, report.nodeid, "failed", message)
             if violated != clause:
-                verdicts.record(
-                    clause, report.nodeid, "failed", f"blocked by {violated}: {message}"
-                )
+                verdicts.record(clause, report.nodeid, "blocked", message, violated)
+        elif report.skipped and "tokcap_blocked_by" in properties:
+            blocker = str(properties["tokcap_blocked_by"])
+            verdicts.record(clause, report.nodeid, "blocked", _skip_reason(report), blocker)
+            verdicts.record(blocker, report.nodeid, "failed", str(properties["tokcap_message"]))
         elif report.skipped:
             reason = _skip_reason(report)
             outcome = "not-claimed" if reason.startswith("not claimed") else "skipped"
@@ -235,7 +241,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     summary = verdicts.summary()
     write(
         f"clauses: {summary['passed']} passed, {summary['failed']} failed, "
-        f"{summary['skipped']} skipped, {summary['not-claimed']} not claimed"
+        f"{summary['skipped']} skipped, {summary['not-claimed']} not claimed, "
+        f"{summary['blocked']} blocked"
         + (f" (failed: {', '.join(failed)})" if failed else "")
     )
     if "fence" in verdicts.observations:

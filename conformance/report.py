@@ -18,7 +18,7 @@ from conformance.settings import KitSettings
 
 __all__ = ["OUTCOMES", "ClauseRecord", "Verdicts"]
 
-OUTCOMES = ("passed", "failed", "skipped", "not-claimed")
+OUTCOMES = ("passed", "failed", "skipped", "not-claimed", "blocked")
 
 
 @dataclass
@@ -28,13 +28,19 @@ class ClauseRecord:
     tests: list[str] = field(default_factory=list)
     outcomes: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
+    blockers: list[str] = field(default_factory=list)
 
     @property
     def outcome(self) -> str:
-        for outcome in ("failed", "passed", "not-claimed"):
+        for outcome in ("failed", "blocked", "passed", "not-claimed"):
             if outcome in self.outcomes:
                 return outcome
         return "skipped"
+
+    @property
+    def blocked_by(self) -> list[str]:
+        """The clauses whose failure kept this clause's checks from judging it."""
+        return sorted({b for b, o in zip(self.blockers, self.outcomes, strict=True) if b})
 
     @property
     def message(self) -> str:
@@ -55,7 +61,9 @@ class Verdicts:
     clauses: dict[str, ClauseRecord] = field(default_factory=dict)
     observations: dict[str, str] = field(default_factory=dict)
 
-    def record(self, clause: str, nodeid: str, outcome: str, message: str = "") -> None:
+    def record(
+        self, clause: str, nodeid: str, outcome: str, message: str = "", blocked_by: str = ""
+    ) -> None:
         """Add one test's outcome; a test reported twice keeps its worst outcome."""
         entry = self.clauses.setdefault(clause, ClauseRecord())
         if nodeid in entry.tests:
@@ -66,6 +74,7 @@ class Verdicts:
         entry.tests.append(nodeid)
         entry.outcomes.append(outcome)
         entry.messages.append(message)
+        entry.blockers.append(blocked_by)
 
     def summary(self) -> dict[str, int]:
         """Count clauses by outcome."""
@@ -99,7 +108,12 @@ class Verdicts:
             "target": target,
             "seed": self.settings.seed,
             "clauses": {
-                clause: {"outcome": e.outcome, "tests": list(e.tests), "message": e.message}
+                clause: {
+                    "outcome": e.outcome,
+                    "tests": list(e.tests),
+                    "message": e.message,
+                    **({"blocked_by": e.blocked_by} if e.outcome == "blocked" else {}),
+                }
                 for clause, e in sorted(self.clauses.items(), key=lambda item: _order(item[0]))
             },
             "summary": self.summary(),

@@ -5,9 +5,11 @@ from __future__ import annotations
 import warnings
 
 from conformance.context import Kit, unexpected_error
+from conformance.reading import Unreadable
 from conformance.registry import Check
 from conformance.settings import KitSettings
-from conformance.violation import ClauseViolation, ExtensionMissing, NotClaimed
+from conformance.violation import BlockedBy, ClauseViolation, ExtensionMissing, NotClaimed
+from tokcap_spec.errors import EndpointError
 
 __all__ = ["CheckBlocked", "CheckSkipped", "run_check"]
 
@@ -54,6 +56,24 @@ def run_check(settings: KitSettings, check: Check) -> dict[str, str]:
         if exc.clause != check.clause and exc.clause not in check.covers:
             raise CheckBlocked(check.clause, exc) from None
         raise
+    except BlockedBy as exc:
+        raise CheckBlocked(check.clause, exc.violation) from None
+    except Unreadable as problem:
+        violation = ClauseViolation(
+            problem.clause,
+            expected="a snapshot and entries readable through the contract's names",
+            observed=kit.redact(str(problem)),
+            hint="return a snapshot exposing rollout_id, entries, incomplete, snapshot_id and "
+            "version, with entries that carry the record's fields",
+        )
+        if problem.clause == check.clause:
+            raise violation from None
+        raise CheckBlocked(check.clause, violation) from None
+    except EndpointError as exc:
+        violation = unexpected_error("BUILD-1", "building the target", exc, kit)
+        if check.family == "BUILD":
+            raise violation from None
+        raise CheckBlocked(check.clause, violation) from None
     except NotClaimed as exc:
         raise CheckSkipped(f"not claimed: {exc}") from None
     except ExtensionMissing as exc:

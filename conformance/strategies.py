@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 
 from tokcap_spec.records import MAX_TOKEN_ID, TokenEntry
 
-__all__ = ["json_values", "log_probs", "model_call_ids", "token_entries", "token_ids"]
+__all__ = [
+    "json_values",
+    "log_probs",
+    "model_call_ids",
+    "token_entries",
+    "token_entry_fields",
+    "token_ids",
+]
 
 token_ids = st.integers(min_value=0, max_value=MAX_TOKEN_ID)
 """Valid token ids, edges included."""
@@ -49,10 +56,10 @@ def json_values(max_leaves: int = 8) -> st.SearchStrategy[Any]:
 
 
 @st.composite
-def token_entries(
+def token_entry_fields(
     draw: st.DrawFn, rollout_id: str, model_call_id: st.SearchStrategy[str] | None = None
-) -> TokenEntry:
-    """Valid entries of one rollout, large arrays and adversarial floats included."""
+) -> dict[str, Any]:
+    """The fields of valid entries of one rollout, large arrays and adversarial floats included."""
     generation = draw(st.lists(token_ids, max_size=64))
     prompt_size = draw(st.sampled_from([0, 1, 16, 2048]))
     items = draw(
@@ -63,22 +70,29 @@ def token_entries(
             st.text(min_size=1, max_size=12).map(lambda key: f"x_{key}"), json_values(4), max_size=2
         )
     )
-    return TokenEntry(
-        rollout_id=rollout_id,
-        model_call_id=draw(model_call_id if model_call_id is not None else model_call_ids),
-        model=draw(st.text(max_size=10)),
-        prompt_token_ids=[draw(token_ids) for _ in range(prompt_size)]
+    return {
+        "rollout_id": rollout_id,
+        "model_call_id": draw(model_call_id if model_call_id is not None else model_call_ids),
+        "model": draw(st.text(max_size=10)),
+        "prompt_token_ids": [draw(token_ids) for _ in range(prompt_size)]
         if prompt_size < 64
         else list(range(prompt_size)),
-        generation_token_ids=generation,
-        generation_log_probs=draw(
+        "generation_token_ids": generation,
+        "generation_log_probs": draw(
             st.lists(log_probs, min_size=len(generation), max_size=len(generation))
         ),
-        routed_experts=draw(
+        "routed_experts": draw(
             st.none() | st.lists(st.lists(st.integers(0, 255), max_size=4), max_size=8)
         ),
-        output_items=items,
-        token_item_index=draw(st.none() | st.integers(0, len(items) - 1)) if items else None,
-        created_at=draw(st.floats(min_value=0, max_value=4e9)),
+        "output_items": items,
+        "token_item_index": draw(st.none() | st.integers(0, len(items) - 1)) if items else None,
+        "created_at": draw(st.floats(min_value=0, max_value=4e9)),
         **extras,
-    )
+    }
+
+
+def token_entries(
+    rollout_id: str, model_call_id: st.SearchStrategy[str] | None = None
+) -> st.SearchStrategy[TokenEntry]:
+    """Valid :class:`TokenEntry` values of one rollout (see :func:`token_entry_fields`)."""
+    return token_entry_fields(rollout_id, model_call_id).map(lambda fields: TokenEntry(**fields))

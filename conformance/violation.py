@@ -6,6 +6,7 @@ from typing import NoReturn
 
 __all__ = [
     "CLAUSES_DOC",
+    "BlockedBy",
     "ClauseViolation",
     "ExtensionMissing",
     "NotClaimed",
@@ -49,6 +50,14 @@ def fail(clause: str, *, expected: str, observed: str, hint: str) -> NoReturn:
     """
     __tracebackhide__ = True
     raise ClauseViolation(clause, expected, observed, hint) from None
+
+
+class BlockedBy(Exception):
+    """A check cannot judge its clause because a more basic one broke; ``violation`` says how."""
+
+    def __init__(self, violation: ClauseViolation) -> None:
+        super().__init__(str(violation))
+        self.violation = violation
 
 
 class NotClaimed(Exception):

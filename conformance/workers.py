@@ -9,11 +9,14 @@ Nothing the parent installed reaches it.
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
+
+from conformance.settings import DEFAULT_ENTRY_CLASS
 
 __all__ = ["Operation", "WorkerOutcome", "WorkerPlan", "run_workers"]
 
@@ -23,7 +26,10 @@ WORKER_TIMEOUT = 120.0
 
 @dataclass(frozen=True)
 class Operation:
-    """``("put", entry_json)`` or ``("mark", rollout_id, model_call_id)``."""
+    """``("put", fields_json)`` or ``("mark", rollout_id, model_call_id)``.
+
+    ``fields_json`` is the kit's canonical form of the entry's fields.
+    """
 
     kind: str
     payload: bytes = b""
@@ -38,6 +44,8 @@ class WorkerPlan:
     target: str
     kwargs: dict[str, Any]
     operations: tuple[Operation, ...] = ()
+    entry_class: str = DEFAULT_ENTRY_CLASS
+    """The class the worker builds each put's entry with, from the payload's fields."""
 
 
 @dataclass
@@ -52,9 +60,10 @@ class WorkerOutcome:
 
 def _worker(plan: WorkerPlan, barrier: Any, conn: Connection) -> None:
     from conformance.context import build_endpoint
-    from tokcap_spec.records import TokenEntry
+    from conformance.entries import load_entry_class
 
     try:
+        build = load_entry_class(plan.entry_class)
         barrier.wait(timeout=WORKER_TIMEOUT)
         sink = build_endpoint(plan.target, plan.kwargs, "sink")
     except Exception as exc:
@@ -66,7 +75,7 @@ def _worker(plan: WorkerPlan, barrier: Any, conn: Connection) -> None:
         try:
             for operation in plan.operations:
                 if operation.kind == "put":
-                    await sink.put(TokenEntry.from_json_bytes(operation.payload))
+                    await sink.put(build(**json.loads(operation.payload)))
                 else:
                     await sink.mark_incomplete(operation.rollout_id, operation.model_call_id)
                 acked += 1

@@ -1,19 +1,30 @@
 """Steps many checks share: acting on an endpoint while naming the clause that step serves.
 
 Each step turns an error the contract does not allow into a :class:`ClauseViolation` of the
-clause being checked, so every failure names a clause, whatever broke.
+clause being checked, so every failure names a clause, whatever broke. When the error comes
+from an operation a more basic clause owns (a plain put, freeze, mark or drop), the step first
+runs that operation the plainest way on fresh endpoints: if that breaks too, the violation is
+the owner's, and the check is reported blocked by it instead of failed.
+
+Snapshots are read only through the contract (:mod:`conformance.reading`): a step hands back
+a :class:`SnapshotView`, never the implementation's object.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import hypothesis
+from hypothesis.errors import Flaky
+
 from conformance.context import Endpoint, Kit, unexpected_error
-from conformance.violation import ClauseViolation, fail
-from tokcap_spec.protocols import TokenCaptureSnapshot
-from tokcap_spec.records import TokenEntry
+from conformance.reading import SnapshotView, Unreadable, entry_view, read_snapshot
+from conformance.violation import BlockedBy, ClauseViolation, fail
 
 __all__ = [
+    "call_of",
     "describe",
     "drop",
     "expect_equal_snapshots",
@@ -22,54 +33,91 @@ __all__ = [
     "payloads",
     "put",
     "raises",
+    "require_plain_use",
+    "reread",
+    "run_property",
+    "sent",
     "state",
 ]
 
+OWNERS = {"put": "PUT-1", "mark": "MASK-1", "freeze": "FREEZE-1", "drop": "DROP-1"}
+"""The clause that owns each basic operation: where its plain use breaking is judged."""
 
-def put(kit: Kit, clause: str, sink: Endpoint, entry: TokenEntry) -> None:
+
+def call_of(entry: Any) -> str:
+    """Return the call id of an entry the kit built."""
+    return entry_view(entry).model_call_id
+
+
+def sent(entries: Iterable[Any]) -> dict[str, bytes]:
+    """Return the kit's canonical payload per call id of entries the kit built."""
+    views = [entry_view(entry) for entry in entries]
+    return {view.model_call_id: view.payload for view in views}
+
+
+def put(kit: Kit, clause: str, sink: Endpoint, entry: Any) -> None:
     """Put ``entry``; any error is a violation of ``clause``."""
     __tracebackhide__ = True
-    _step(
-        kit, clause, f"put of call {entry.model_call_id!r} into {entry.rollout_id}", sink.put, entry
-    )
+    view = entry_view(entry)
+    doing = f"put of call {view.model_call_id!r} into {view.rollout_id}"
+    _step(kit, clause, "put", doing, sink.put, entry)
 
 
 def mark(kit: Kit, clause: str, sink: Endpoint, rollout_id: str, model_call_id: str = "") -> None:
     """Mark ``rollout_id`` incomplete; any error is a violation of ``clause``."""
     __tracebackhide__ = True
-    _step(
-        kit,
-        clause,
-        f"mark_incomplete({rollout_id!r}, {model_call_id!r})",
-        sink.mark_incomplete,
-        rollout_id,
-        model_call_id,
-    )
+    doing = f"mark_incomplete({rollout_id!r}, {model_call_id!r})"
+    _step(kit, clause, "mark", doing, sink.mark_incomplete, rollout_id, model_call_id)
 
 
-def freeze(kit: Kit, clause: str, source: Endpoint, rollout_id: str) -> TokenCaptureSnapshot:
-    """Freeze ``rollout_id`` and check the snapshot's shape; errors violate ``clause``."""
+def freeze(kit: Kit, clause: str, source: Endpoint, rollout_id: str) -> SnapshotView:
+    """Freeze ``rollout_id`` and read the snapshot through the contract; errors violate ``clause``.
+
+    A snapshot of the wrong shape violates SHAPE-1 or FREEZE-1, whatever the check.
+    """
     __tracebackhide__ = True
-    snapshot = _step(kit, clause, f"freeze({rollout_id!r})", source.freeze, rollout_id)
-    for name in ("rollout_id", "entries", "incomplete", "snapshot_id", "version"):
-        if not hasattr(snapshot, name):
-            fail(
-                "SHAPE-1",
-                expected=f"the snapshot to expose {name!r}",
-                observed=f"{type(snapshot).__name__} has no attribute {name!r}",
-                hint="return tokcap_spec.protocols.TokenCaptureSnapshot",
-            )
-    return snapshot  # type: ignore[no-any-return]
+    raw = _step(kit, clause, "freeze", f"freeze({rollout_id!r})", source.freeze, rollout_id)
+    view = _read(raw)
+    if view.rollout_id != rollout_id:
+        fail(
+            "FREEZE-1",
+            expected=f"a snapshot of rollout_id {rollout_id!r}",
+            observed=f"rollout_id {view.rollout_id!r}",
+            hint="the snapshot names the rollout it was frozen from, exactly as given",
+        )
+    return view
+
+
+def reread(view: SnapshotView) -> SnapshotView:
+    """Read the implementation's snapshot object again, as it reads now."""
+    __tracebackhide__ = True
+    return _read(view.raw)
+
+
+def _read(raw: Any) -> SnapshotView:
+    __tracebackhide__ = True
+    try:
+        return read_snapshot(raw)
+    except Unreadable as problem:
+        fail(
+            problem.clause,
+            expected="a snapshot exposing rollout_id, entries (each with the record's fields), "
+            "incomplete (bool), snapshot_id (non-empty str) and version (int)",
+            observed=str(problem),
+            hint="return a TokenCaptureSnapshot, or any object with those five attributes",
+        )
 
 
 def drop(
     kit: Kit, clause: str, source: Endpoint, rollout_id: str, snapshot_id: str, version: int
 ) -> bool:
-    """Drop with keyword arguments; anything but a bool (or an error) violates ``clause``."""
+    """Drop with keyword arguments; a drop that cannot take them, or returns no bool, is SHAPE-2."""
     __tracebackhide__ = True
+    expect_drop_shape(source)
     result = _step(
         kit,
         clause,
+        "drop",
         f"drop({rollout_id!r}, snapshot_id=..., version={version})",
         source.drop,
         rollout_id,
@@ -78,12 +126,33 @@ def drop(
     )
     if not isinstance(result, bool):
         fail(
-            clause,
+            "SHAPE-2",
             expected="drop() to return a bool",
-            observed=f"{result!r}",
+            observed=f"{type(result).__name__} {result!r}"[:200],
             hint="return True only when the exact snapshot was retired, else False",
         )
     return result
+
+
+def expect_drop_shape(source: Endpoint) -> None:
+    """Fail SHAPE-2 unless ``drop(rollout_id, snapshot_id=..., version=...)`` binds."""
+    __tracebackhide__ = True
+    method = getattr(source.raw, "drop", None)
+    if not callable(method):
+        return  # SHAPE-1 judges a missing method.
+    try:
+        signature = inspect.signature(method)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind("rollout", snapshot_id="s", version=0)
+    except TypeError:
+        fail(
+            "SHAPE-2",
+            expected="drop(rollout_id, snapshot_id=..., version=...) to accept those keywords",
+            observed=f"drop{signature}",
+            hint="define drop(self, rollout_id, *, snapshot_id, version)",
+        )
 
 
 def raises(call: Any, *args: Any, **kwargs: Any) -> BaseException | None:
@@ -97,32 +166,100 @@ def raises(call: Any, *args: Any, **kwargs: Any) -> BaseException | None:
     return None
 
 
-def _step(kit: Kit, clause: str, doing: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+def _step(
+    kit: Kit, clause: str, operation: str, doing: str, call: Any, *args: Any, **kwargs: Any
+) -> Any:
     __tracebackhide__ = True
     try:
         return call(*args, **kwargs)
     except ClauseViolation:
         raise
     except Exception as exc:
+        owner = OWNERS[operation]
+        if owner != clause:
+            broken = plain_use_breaks(kit, operation)
+            if broken is not None:
+                raise broken from None
         raise unexpected_error(clause, doing, exc, kit) from None
 
 
-def payloads(snapshot: TokenCaptureSnapshot) -> dict[str, bytes]:
+def require_plain_use(kit: Kit) -> None:
+    """Raise :class:`BlockedBy` unless a plain put, freeze and exact drop work.
+
+    Checks that drive the implementation outside the steps (histories, programs) call this
+    first, so that a basic breakage blocks them instead of reading as their own failure.
+    """
+    __tracebackhide__ = True
+    broken = plain_use_breaks(kit, "drop")
+    if broken is not None:
+        raise BlockedBy(broken)
+
+
+def plain_use_breaks(kit: Kit, operation: str) -> ClauseViolation | None:
+    """Use ``operation`` the plainest way on fresh endpoints; return the owner's violation if any.
+
+    A put, a mark, a freeze of what was put, a drop of that exact snapshot: each step that
+    raises is a violation of the clause that owns it.
+    """
+    rollout = kit.rollout_id("plain")
+    entry = kit.entries.entry(rollout, prompt_len=8, generation_len=4)
+    try:
+        sink = kit.sink()
+        if operation == "mark":
+            return _owned(kit, "mark", sink.mark_incomplete, rollout, "plain-call")[1]
+        broken = _owned(kit, "put", sink.put, entry)[1]
+        if broken is not None or operation == "put":
+            return broken
+        source = kit.source()
+        snapshot, broken = _owned(kit, "freeze", source.freeze, rollout)
+        if broken is not None:
+            return broken
+        view = _read(snapshot)
+        if operation == "freeze":
+            return None
+        expect_drop_shape(source)
+        answer, broken = _owned(
+            kit, "drop", source.drop, rollout, snapshot_id=view.snapshot_id, version=view.version
+        )
+        if broken is None and not isinstance(answer, bool):
+            fail(
+                "SHAPE-2",
+                expected="drop() to return a bool",
+                observed=f"{type(answer).__name__} {answer!r}"[:200],
+                hint="return True only when the exact snapshot was retired, else False",
+            )
+        return broken
+    except ClauseViolation as violation:
+        return violation
+
+
+def _owned(
+    kit: Kit, operation: str, call: Any, *args: Any, **kwargs: Any
+) -> tuple[Any, ClauseViolation | None]:
+    try:
+        return call(*args, **kwargs), None
+    except ClauseViolation as violation:
+        return None, violation
+    except Exception as exc:
+        return None, unexpected_error(OWNERS[operation], f"a plain {operation}", exc, kit)
+
+
+def payloads(snapshot: SnapshotView) -> dict[str, bytes]:
     """Return the snapshot's canonical payload per call id."""
-    return {entry.model_call_id: entry.to_json_bytes() for entry in snapshot.entries}
+    return snapshot.payloads()
 
 
-def state(snapshot: TokenCaptureSnapshot) -> tuple[Any, ...]:
+def state(snapshot: SnapshotView) -> tuple[Any, ...]:
     """Return everything a snapshot asserts, in a comparable form."""
     return (
         snapshot.snapshot_id,
         snapshot.version,
-        bool(snapshot.incomplete),
-        tuple(sorted(entry.to_json_bytes() for entry in snapshot.entries)),
+        snapshot.incomplete,
+        tuple(sorted(entry.payload for entry in snapshot.entries)),
     )
 
 
-def describe(snapshot: TokenCaptureSnapshot) -> str:
+def describe(snapshot: SnapshotView) -> str:
     """Return a one-line account of a snapshot for failure messages."""
     calls = sorted(entry.model_call_id for entry in snapshot.entries)
     shown = ", ".join(repr(call[:40]) for call in calls[:6]) + (" ..." if len(calls) > 6 else "")
@@ -133,7 +270,7 @@ def describe(snapshot: TokenCaptureSnapshot) -> str:
 
 
 def expect_equal_snapshots(
-    clause: str, before: TokenCaptureSnapshot, after: TokenCaptureSnapshot, *, hint: str
+    clause: str, before: SnapshotView, after: SnapshotView, *, hint: str
 ) -> None:
     """Fail ``clause`` unless two snapshots assert exactly the same state."""
     __tracebackhide__ = True
@@ -143,4 +280,26 @@ def expect_equal_snapshots(
             expected=f"the same snapshot: {describe(before)}",
             observed=describe(after),
             hint=hint,
+        )
+
+
+def run_property(kit: Kit, clause: str, test: Callable[[], None]) -> None:
+    """Run a Hypothesis property of ``clause`` with the run's seed.
+
+    An implementation that answers the same example two ways (it changed under the kit) makes
+    Hypothesis report flakiness; that is the implementation's failure of ``clause``, never a
+    fault of data generation.
+    """
+    __tracebackhide__ = True
+    try:
+        hypothesis.seed(kit.settings.seed)(test)()
+    except Flaky as flaky:
+        inner = [e for e in getattr(flaky, "exceptions", ()) if isinstance(e, ClauseViolation)]
+        seen = inner[0].observed if inner else f"{type(flaky).__name__}"
+        fail(
+            inner[0].clause if inner else clause,
+            expected="the same outcome every time an example ran against the implementation",
+            observed=f"an example failed once and passed when replayed: {seen}",
+            hint="the implementation changed under the kit: ack a put only once the write is "
+            "visible to a fresh source (a background commit landing late does this)",
         )

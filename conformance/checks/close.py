@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.checks._steps import describe, freeze, mark, payloads, put, raises
+from conformance.checks._steps import describe, freeze, mark, payloads, put, raises, sent
 from conformance.context import Kit
 from conformance.registry import check
 from conformance.violation import fail
@@ -41,7 +41,7 @@ def loses_nothing(kit: Kit) -> None:
             hint="see CLOSE-1",
         )
     snapshot = freeze(kit, "CLOSE-2", kit.source(), rollout)
-    expected = {entry.model_call_id: entry.to_json_bytes() for entry in entries}
+    expected = sent(entries)
     if payloads(snapshot) != expected or not snapshot.incomplete:
         fail(
             "CLOSE-2",

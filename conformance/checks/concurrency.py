@@ -13,6 +13,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from conformance.checks._steps import require_plain_use
 from conformance.context import Endpoint, Kit
 from conformance.history.checker import check_history
 from conformance.history.events import Event
@@ -20,6 +21,7 @@ from conformance.history.model import Rules
 from conformance.history.record import Action, Lane, Recorder, Target, Workload
 from conformance.history.timeline import write_timeline
 from conformance.profiles import Budget, budget
+from conformance.reading import entry_view
 from conformance.registry import check
 from conformance.violation import NotClaimed, fail
 
@@ -29,13 +31,17 @@ PROCESS_LOCAL = "the target declares process-local: it does not claim to serve s
 def _target(kit: Kit) -> Target:
     settings = kit.settings
     return Target(
-        settings.sink, dict(settings.sink_kwargs), settings.source, dict(settings.source_kwargs)
+        settings.sink,
+        dict(settings.sink_kwargs),
+        settings.source,
+        dict(settings.source_kwargs),
+        settings.entry_class,
     )
 
 
 def _put(kit: Kit, rollout_id: str, call_id: str) -> Action:
     entry = kit.entries.entry(rollout_id, call_id, prompt_len=4, generation_len=2)
-    return Action("put", rollout_id, call_id, entry.to_json_bytes())
+    return Action("put", rollout_id, call_id, entry_view(entry).payload)
 
 
 def _writes(actions: list[Action]) -> int:
@@ -175,6 +181,7 @@ def cut_under_writes(kit: Kit) -> None:
     """Freezes and drops amid writes from spawned workers admit a legal order of every operation."""
     if kit.claims("process-local"):
         raise NotClaimed(PROCESS_LOCAL)
+    require_plain_use(kit)
     plan = budget(kit.settings.profile)
     share = kit.rollout_id("shared")
     rounds = [kit.rollout_id(f"round{k}") for k in range(plan.rounds)]
@@ -209,6 +216,7 @@ def one_and_many_rollouts(kit: Kit) -> None:
     """Workers writing a shared rollout and one each lose nothing, mix nothing, agree on freezes."""
     if kit.claims("process-local"):
         raise NotClaimed(PROCESS_LOCAL)
+    require_plain_use(kit)
     plan = budget(kit.settings.profile)
     share = kit.rollout_id("shared")
     own = [kit.rollout_id(f"own{n}") for n in range(plan.writers)]

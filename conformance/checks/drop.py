@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from conformance.checks._steps import describe, drop, expect_equal_snapshots, freeze, mark, put
 from conformance.context import Endpoint, Kit
+from conformance.reading import SnapshotView, read_snapshot
 from conformance.registry import check
 from conformance.violation import fail
-from tokcap_spec.protocols import TokenCaptureSnapshot
 
 
-def _frozen(kit: Kit, clause: str, entries: int = 2) -> tuple[Endpoint, str, TokenCaptureSnapshot]:
+def _frozen(kit: Kit, clause: str, entries: int = 2) -> tuple[Endpoint, str, SnapshotView]:
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     for _ in range(entries):
@@ -154,7 +154,7 @@ def delete_semantics(kit: Kit) -> None:
     if not drop(kit, "DROP-5", source, rollout, snapshot.snapshot_id, snapshot.version):
         fail("DROP-5", expected="True for the exact snapshot", observed="False", hint="see DROP-1")
     try:
-        after = kit.source().freeze(rollout)
+        after: SnapshotView | None = read_snapshot(kit.source().freeze(rollout))
     except Exception:
         after = None
     kept = after is not None and bool(after.entries)

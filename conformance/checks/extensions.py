@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.checks._steps import describe, freeze, payloads, put, raises
+from conformance.checks._steps import call_of, describe, freeze, payloads, put, raises
 from conformance.context import Endpoint, Kit
 from conformance.entries import ODD_CALL_IDS
 from conformance.registry import check
@@ -88,7 +88,7 @@ def retire_and_delete(kit: Kit) -> None:
     reused = kit.entries.entry(frozen)
     put(kit, "EXT-RETIRE-1", kit.sink(), reused)
     snapshot = freeze(kit, "EXT-RETIRE-1", kit.source(), frozen)
-    if list(payloads(snapshot)) != [reused.model_call_id] or snapshot.incomplete:
+    if list(payloads(snapshot)) != [call_of(reused)] or snapshot.incomplete:
         fail(
             "EXT-RETIRE-1",
             expected="a deleted id to start again from nothing",

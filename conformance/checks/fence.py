@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.checks._steps import describe, drop, freeze, put, raises
+from conformance.checks._steps import call_of, describe, drop, freeze, put, raises
 from conformance.context import Kit
 from conformance.registry import check
 from conformance.violation import fail
@@ -29,7 +29,7 @@ def put_after_freeze(kit: Kit) -> None:
             hint="refuse writes to a frozen rollout",
         )
     after = freeze(kit, "FENCE-1", kit.source(), rollout)
-    if after.version == before.version or late.model_call_id not in {
+    if after.version == before.version or call_of(late) not in {
         entry.model_call_id for entry in after.entries
     }:
         fail(

@@ -10,32 +10,15 @@ from conformance.violation import fail
 
 @check("FREEZE-1", "snapshot-identity")
 def snapshot_identity(kit: Kit) -> None:
-    """A snapshot carries a non-empty string snapshot_id and an integer version."""
+    """A snapshot names its rollout and carries a non-empty str snapshot_id and an int version.
+
+    The freeze step reads every snapshot of every check that way; here it is the whole check.
+    """
     sink = kit.sink()
     rollout = kit.rollout_id()
     put(kit, "FREEZE-1", sink, kit.entries.entry(rollout))
-    snapshot = freeze(kit, "FREEZE-1", kit.source(), rollout)
-    if not isinstance(snapshot.snapshot_id, str) or not snapshot.snapshot_id:
-        fail(
-            "FREEZE-1",
-            expected="a non-empty str snapshot_id",
-            observed=repr(snapshot.snapshot_id),
-            hint="mint an id when the rollout is frozen and keep it until its state changes",
-        )
-    if not isinstance(snapshot.version, int) or isinstance(snapshot.version, bool):
-        fail(
-            "FREEZE-1",
-            expected="an int version",
-            observed=repr(snapshot.version),
-            hint="count state changes of the rollout",
-        )
-    if snapshot.rollout_id != rollout:
-        fail(
-            "FREEZE-1",
-            expected=f"rollout_id {rollout!r}",
-            observed=repr(snapshot.rollout_id),
-            hint="the snapshot names the rollout it was frozen from",
-        )
+    freeze(kit, "FREEZE-1", kit.source(), rollout)
+    freeze(kit, "FREEZE-1", kit.source(), kit.rollout_id("empty"))
 
 
 @check("FREEZE-2", "idempotent")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.checks._steps import describe, drop, freeze, mark, payloads, put, raises
+from conformance.checks._steps import describe, drop, freeze, mark, payloads, put, raises, sent
 from conformance.context import Kit
 from conformance.entries import ODD_CALL_IDS
 from conformance.registry import check
@@ -127,7 +127,7 @@ def keeps_evidence(kit: Kit) -> None:
     for entry in entries:
         put(kit, "MASK-5", sink, entry)
     mark(kit, "MASK-5", sink, rollout, "failed")
-    expected = {entry.model_call_id: entry.to_json_bytes() for entry in entries}
+    expected = sent(entries)
     for endpoint in (source, source, kit.source()):
         snapshot = freeze(kit, "MASK-5", endpoint, rollout)
         if payloads(snapshot) != expected or not snapshot.incomplete:

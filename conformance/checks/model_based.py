@@ -26,6 +26,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from conformance.checks._steps import require_plain_use
 from conformance.context import Kit
 from conformance.entries import EntryFactory
 from conformance.history.events import Event
@@ -34,7 +35,6 @@ from conformance.history.record import Recorder
 from conformance.profiles import budget
 from conformance.registry import check
 from conformance.violation import ClauseViolation, fail
-from tokcap_spec.records import TokenEntry
 
 ROLLOUTS = st.integers(min_value=0, max_value=3)
 PICK = st.integers(min_value=0, max_value=2**16)
@@ -55,15 +55,16 @@ def _program(kit: Kit, rules: Rules) -> type[RuleBasedStateMachine]:
             self.rollouts = [f"{base}-x", f"{base}-X", f"{base}.x", f"{base}_x"]
             self.sink, self.source = kit.sink(), kit.source()
             self.states: dict[str, tuple[RolloutState, ...]] = {r: (init(),) for r in self.rollouts}
-            self.put_entries: dict[str, list[TokenEntry]] = {r: [] for r in self.rollouts}
+            self.put_entries: dict[str, list[Any]] = {r: [] for r in self.rollouts}
             self.intents: dict[str, list[str]] = {r: [] for r in self.rollouts}
             self.recorder = Recorder("program")
             self.lines: list[str] = []
             self.calls = 0
 
-        def _new_entry(self, rollout: str, call_id: str | None = None) -> TokenEntry:
+        def _new_entry(self, rollout: str, call_id: str | None = None) -> Any:
             self.calls += 1
-            factory = EntryFactory(random.Random(f"{kit.settings.seed}:{self.calls}"))
+            rng = random.Random(f"{kit.settings.seed}:{self.calls}")
+            factory = EntryFactory(rng, kit.entries.build)
             call = call_id or f"call-{self.calls}"
             return factory.entry(rollout, call, prompt_len=3, generation_len=2)
 
@@ -91,8 +92,8 @@ def _program(kit: Kit, rules: Rules) -> type[RuleBasedStateMachine]:
                 hint=_HINT,
             )
 
-        def _put(self, line: str, entry: TokenEntry) -> None:
-            event = kit.run(self.recorder.put(self.sink.raw, entry.to_json_bytes()))
+        def _put(self, line: str, entry: Any) -> None:
+            event = kit.run(self.recorder.put(self.sink.raw, entry))
             self._judge(line, event)
 
         @rule(r=ROLLOUTS)
@@ -203,6 +204,7 @@ def _program(kit: Kit, rules: Rules) -> type[RuleBasedStateMachine]:
 )
 def model_based(kit: Kit) -> None:
     """Random programs of every operation over four look-alike rollouts follow the model."""
+    require_plain_use(kit)
     plan = budget(kit.settings.profile)
     rules = Rules.judging(kit.fence, kit.settings.capabilities)
     test = get_state_machine_test(  # type: ignore[no-untyped-call]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from conformance.checks._steps import describe, freeze, payloads
+from typing import Any
+
+from conformance.checks._steps import describe, freeze, payloads, sent
 from conformance.context import Kit
+from conformance.reading import entry_view
 from conformance.registry import check
 from conformance.violation import NotClaimed, fail
 from conformance.workers import Operation, WorkerOutcome, WorkerPlan, run_workers
-from tokcap_spec.records import TokenEntry
 
 PROCESS_LOCAL = "the target declares process-local: it does not claim to serve spawned workers"
 
@@ -17,11 +19,12 @@ def _require_processes(kit: Kit) -> None:
         raise NotClaimed(PROCESS_LOCAL)
 
 
-def _plan(kit: Kit, entries: list[TokenEntry]) -> WorkerPlan:
+def _plan(kit: Kit, entries: list[Any]) -> WorkerPlan:
     return WorkerPlan(
         kit.settings.sink,
         dict(kit.settings.sink_kwargs),
-        tuple(Operation("put", entry.to_json_bytes()) for entry in entries),
+        tuple(Operation("put", entry_view(entry).payload) for entry in entries),
+        entry_class=kit.settings.entry_class,
     )
 
 
@@ -79,7 +82,7 @@ def acks_visible_to_parent(kit: Kit) -> None:
     batches = [[kit.entries.entry(rollout) for _ in range(3)] for _ in range(2)]
     _expect_all_ok(kit, "SPAWN-3", run_workers([_plan(kit, batch) for batch in batches]), "")
     snapshot = freeze(kit, "SPAWN-3", kit.source(), rollout)
-    expected = {e.model_call_id: e.to_json_bytes() for batch in batches for e in batch}
+    expected = sent(entry for batch in batches for entry in batch)
     seen = payloads(snapshot)
     missing = sorted(set(expected) - set(seen))
     if missing:
@@ -96,5 +99,5 @@ def acks_visible_to_parent(kit: Kit) -> None:
             "SPAWN-3",
             expected="each entry exactly as the worker put it",
             observed=f"{len(torn)} entries differ, first call id {torn[0]!r}",
-            hint="serialize entries losslessly: TokenEntry.to_json_bytes()",
+            hint="store each entry whole: a torn or interleaved write changes its fields",
         )

@@ -8,7 +8,8 @@ observed outcome, or a :class:`Refusal` naming the clause no such state satisfie
   an acked one marked and kept either payload.
 - A new call after freeze raises (strict fence) or is acked and changes the version
   (relaxed fence); ``Rules.fence`` narrows that choice.
-- An identical re-put (PUT-3) changes nothing, though a store may still move its version.
+- An identical re-put (PUT-3) changes nothing. Before freeze a store may still move its version
+  unseen; after freeze it may raise instead, and either way the version stays.
 - Versions are abstract: the model counts state changes (``epoch``) and binds each observed
   ``(snapshot_id, version)`` pair to one state. The same pair for two states is a stuck
   version; two pairs for one frozen state is a split freeze.
@@ -142,6 +143,8 @@ def _put(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step:
         if state.dropped:
             return _ok(state)
         if known is not None and known == event.digest:
+            if state.fenced:
+                return _ok(state)  # After freeze a strict fence may refuse it (PUT-3).
             return _refuse("PUT-3", "refused", "an identical re-put raised; it must be a no-op")
         if known is not None and known != event.digest:
             return _ok(state, _changed(state, incomplete=True))
@@ -156,7 +159,8 @@ def _put(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step:
     if state.dropped:
         return _refuse("FENCE-2", "lost-ack", "a put into a dropped rollout was acked")
     if known == event.digest:
-        return _ok(state, _changed(state))
+        # Before freeze nobody can see a version move; after it, nothing may change (PUT-3).
+        return _ok(state) if state.fenced else _ok(state, _changed(state))
     if known is not None:
         return _ok(
             _changed(state, incomplete=True),

@@ -12,6 +12,7 @@ without sleeping.
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 import time
 from collections.abc import Awaitable, Callable
@@ -20,8 +21,9 @@ from multiprocessing.connection import Connection
 from typing import Any, Literal, TypeVar
 
 from conformance.history.events import Event, Kind, Pair, digest
+from conformance.reading import entry_view, read_snapshot
+from conformance.settings import DEFAULT_ENTRY_CLASS
 from conformance.workers import WORKER_TIMEOUT
-from tokcap_spec.records import TokenEntry
 
 __all__ = ["Action", "Lane", "Recorder", "Target", "Workload"]
 
@@ -32,10 +34,11 @@ T = TypeVar("T")
 class Action:
     """One planned step of a lane.
 
-    ``put`` (``payload`` is the entry's canonical JSON), ``mark``, ``freeze``, ``drop`` (with the
-    pair of this lane's latest freeze of the rollout), ``retire`` (freeze then drop, up to
-    ``count`` times until a drop returns True), ``wait`` (until the lanes together have made
-    ``count`` steps: completed writes and signals) or ``signal`` (count one step, so that a lane
+    ``put`` (``payload`` is the kit's canonical JSON of the entry's fields), ``mark``,
+    ``freeze``, ``drop`` (with the pair of this lane's latest freeze of the rollout),
+    ``retire`` (freeze then drop, up to ``count`` times until a drop returns True), ``wait``
+    (until the lanes together have made ``count`` steps: completed writes and signals) or
+    ``signal`` (count one step, so that a lane
     waiting for it starts at this instant).
     """
 
@@ -62,6 +65,8 @@ class Target:
     sink_kwargs: dict[str, Any]
     source: str
     source_kwargs: dict[str, Any]
+    entry_class: str = DEFAULT_ENTRY_CLASS
+    """The class a lane builds each put's entry with, from the payload's fields."""
 
 
 @dataclass
@@ -92,14 +97,14 @@ class Recorder:
         self.events.append(event)
         return value, event
 
-    async def put(self, sink: Any, payload: bytes) -> Event:
-        entry = TokenEntry.from_json_bytes(payload)
+    async def put(self, sink: Any, entry: Any) -> Event:
+        view = entry_view(entry)
         _, event = await self._record(
             "put",
-            entry.rollout_id,
+            view.rollout_id,
             lambda: sink.put(entry),
-            call_id=entry.model_call_id,
-            digest=digest(payload),
+            call_id=view.model_call_id,
+            digest=digest(view.payload),
         )
         return event
 
@@ -118,23 +123,14 @@ class Recorder:
         value, event = await self._record("freeze", rollout_id, lambda: source.freeze(rollout_id))
         if event.outcome == "fail":
             return None
-        snapshot: Any = value
-        missing = [
-            name
-            for name in ("entries", "incomplete", "snapshot_id", "version")
-            if not hasattr(snapshot, name)
-        ]
-        if missing:
-            raise TypeError(
-                f"freeze returned {type(snapshot).__name__} without {', '.join(missing)} (SHAPE-1)"
-            )
+        snapshot = read_snapshot(value)
         pair = (snapshot.snapshot_id, snapshot.version)
         self.events[-1] = replace(
             event,
             entries=tuple(
-                (entry.model_call_id, digest(entry.to_json_bytes())) for entry in snapshot.entries
+                (entry.model_call_id, digest(entry.payload)) for entry in snapshot.entries
             ),
-            incomplete=bool(snapshot.incomplete),
+            incomplete=snapshot.incomplete,
             result=pair,
         )
         self.frozen[rollout_id] = pair
@@ -162,9 +158,11 @@ def _lane_main(
     target: Target, lane: Lane, barrier: Any, progress: Any, ready: Any, conn: Connection
 ) -> None:
     from conformance.context import build_endpoint
+    from conformance.entries import load_entry_class
 
     kinds = {action.kind for action in lane.actions}
     try:
+        build = load_entry_class(target.entry_class)
         writes = kinds & {"put", "mark"}
         sink = build_endpoint(target.sink, target.sink_kwargs, "sink") if writes else None
         reads = kinds & {"freeze", "drop", "retire"}
@@ -201,7 +199,7 @@ def _lane_main(
                 elif action.kind == "signal":
                     advance()
                 elif action.kind == "put":
-                    await recorder.put(sink, action.payload)
+                    await recorder.put(sink, build(**json.loads(action.payload)))
                     advance()
                 elif action.kind == "mark":
                     await recorder.mark(sink, action.rollout_id, action.call_id)
