@@ -382,8 +382,11 @@ CLAUSES: tuple[Clause, ...] = (
         family="PUT",
         title="An identical re-put is a no-op",
         promise=(
-            "Putting an entry whose serialized bytes equal a stored one, from the same sink or "
-            "another, changes nothing: still one entry, the rollout still clean, no error."
+            "Before freeze, putting an entry whose field values equal a stored one (floats bit "
+            "for bit), from the same sink or another, changes nothing: still one entry, the "
+            "rollout still clean, no error. After freeze a strict fence may refuse it by raising "
+            "or accept it as a no-op; either way nothing changes: one entry, not incomplete, the "
+            "same version, and the snapshot taken before it still drops."
         ),
         why=(
             "Producers retry after timeouts. If a retry duplicated the turn or masked the "
@@ -392,7 +395,8 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         how_broken=(
             "Append-only stores that keep both copies; treating every second write of a call id "
-            "as a conflict; comparing objects instead of canonical bytes."
+            "as a conflict; comparing objects instead of canonical bytes; bumping the version "
+            "on an identical re-put after freeze, so the consumer's drop is refused."
         ),
         checked_by=KIT,
     ),
@@ -770,7 +774,8 @@ CLAUSES: tuple[Clause, ...] = (
         title="A mark takes any call id",
         promise=(
             "`mark_incomplete` accepts any `model_call_id`, the empty string (its default) "
-            "included, and call ids no entry uses."
+            "included, and call ids no entry uses. On a rollout already dropped it may raise or "
+            "return; either way no later freeze of that rollout returns a clean snapshot."
         ),
         why=(
             "Failures are often detected before a call id exists or outside any call. A mark "

@@ -143,6 +143,8 @@ def tokcap_run(request: pytest.FixtureRequest) -> Callable[[Check], None]:
         from conformance.runner import CheckBlocked, CheckSkipped, run_check
         from conformance.violation import ClauseViolation
 
+        if check.covers:
+            request.node.user_properties.append(("tokcap_covers", " ".join(check.covers)))
         try:
             observations = run_check(settings, check)
         except CheckSkipped as exc:
@@ -155,8 +157,6 @@ def tokcap_run(request: pytest.FixtureRequest) -> Callable[[Check], None]:
             request.node.user_properties.append(("tokcap_message", str(exc)))
             request.node.user_properties.append(("tokcap_clause", exc.clause))
             raise
-        if check.covers:
-            request.node.user_properties.append(("tokcap_covers", " ".join(check.covers)))
         for key, value in observations.items():
             request.node.user_properties.append((f"tokcap_{key}", value))
 
@@ -180,15 +180,20 @@ class _Verdict:
             if key.startswith("tokcap_") and key not in _NOT_OBSERVATIONS:
                 verdicts.observations[key.removeprefix("tokcap_")] = str(value)
         clause = match.group(1)
+        # A check proving many clauses that stops on one of them leaves the others unproven,
+        # which must not outweigh a check of its own that passed.
+        soft = bool(properties.get("tokcap_covers"))
         if report.failed:
             message = str(properties.get("tokcap_message") or _first_line(report.longreprtext))
             violated = str(properties.get("tokcap_clause") or clause)
             verdicts.record(violated, report.nodeid, "failed", message)
             if violated != clause:
-                verdicts.record(clause, report.nodeid, "blocked", message, violated)
+                verdicts.record(clause, report.nodeid, "blocked", message, violated, soft=soft)
         elif report.skipped and "tokcap_blocked_by" in properties:
             blocker = str(properties["tokcap_blocked_by"])
-            verdicts.record(clause, report.nodeid, "blocked", _skip_reason(report), blocker)
+            verdicts.record(
+                clause, report.nodeid, "blocked", _skip_reason(report), blocker, soft=soft
+            )
             verdicts.record(blocker, report.nodeid, "failed", str(properties["tokcap_message"]))
         elif report.skipped:
             reason = _skip_reason(report)
@@ -242,8 +247,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     write(
         f"clauses: {summary['passed']} passed, {summary['failed']} failed, "
         f"{summary['skipped']} skipped, {summary['not-claimed']} not claimed, "
-        f"{summary['blocked']} blocked"
-        + (f" (failed: {', '.join(failed)})" if failed else "")
+        f"{summary['blocked']} blocked" + (f" (failed: {', '.join(failed)})" if failed else "")
     )
     if "fence" in verdicts.observations:
         write(f"observed fence: {verdicts.observations['fence']}")

@@ -29,13 +29,18 @@ class ClauseRecord:
     outcomes: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     blockers: list[str] = field(default_factory=list)
+    soft: list[bool] = field(default_factory=list)
+    """Per test: a block from a check proving many clauses, which a passing check outweighs."""
 
     @property
     def outcome(self) -> str:
-        for outcome in ("failed", "blocked", "passed", "not-claimed"):
-            if outcome in self.outcomes:
+        hard = [o for o, soft in zip(self.outcomes, self.soft, strict=True) if not soft]
+        for outcome in ("failed", "blocked", "passed"):
+            if outcome in hard:
                 return outcome
-        return "skipped"
+        if "blocked" in self.outcomes:
+            return "blocked"
+        return "not-claimed" if "not-claimed" in self.outcomes else "skipped"
 
     @property
     def blocked_by(self) -> list[str]:
@@ -62,7 +67,14 @@ class Verdicts:
     observations: dict[str, str] = field(default_factory=dict)
 
     def record(
-        self, clause: str, nodeid: str, outcome: str, message: str = "", blocked_by: str = ""
+        self,
+        clause: str,
+        nodeid: str,
+        outcome: str,
+        message: str = "",
+        blocked_by: str = "",
+        *,
+        soft: bool = False,
     ) -> None:
         """Add one test's outcome; a test reported twice keeps its worst outcome."""
         entry = self.clauses.setdefault(clause, ClauseRecord())
@@ -70,11 +82,13 @@ class Verdicts:
             index = entry.tests.index(nodeid)
             if outcome == "failed":
                 entry.outcomes[index], entry.messages[index] = outcome, message
+                entry.soft[index] = False
             return
         entry.tests.append(nodeid)
         entry.outcomes.append(outcome)
         entry.messages.append(message)
         entry.blockers.append(blocked_by)
+        entry.soft.append(soft and outcome == "blocked")
 
     def summary(self) -> dict[str, int]:
         """Count clauses by outcome."""

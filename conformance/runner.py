@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import warnings
 
+from conformance.basics import first_broken
 from conformance.context import Kit, unexpected_error
 from conformance.reading import Unreadable
 from conformance.registry import Check
 from conformance.settings import KitSettings
 from conformance.violation import BlockedBy, ClauseViolation, ExtensionMissing, NotClaimed
-from tokcap_spec.errors import EndpointError
 
 __all__ = ["CheckBlocked", "CheckSkipped", "run_check"]
 
@@ -51,36 +51,42 @@ def run_check(settings: KitSettings, check: Check) -> dict[str, str]:
     __tracebackhide__ = True
     kit = Kit(settings, check.id)
     try:
-        check.function(kit)
-    except ClauseViolation as exc:
-        if exc.clause != check.clause and exc.clause not in check.covers:
-            raise CheckBlocked(check.clause, exc) from None
-        raise
-    except BlockedBy as exc:
-        raise CheckBlocked(check.clause, exc.violation) from None
-    except Unreadable as problem:
-        violation = ClauseViolation(
-            problem.clause,
-            expected="a snapshot and entries readable through the contract's names",
-            observed=kit.redact(str(problem)),
-            hint="return a snapshot exposing rollout_id, entries, incomplete, snapshot_id and "
-            "version, with entries that carry the record's fields",
-        )
-        if problem.clause == check.clause:
-            raise violation from None
-        raise CheckBlocked(check.clause, violation) from None
-    except EndpointError as exc:
-        violation = unexpected_error("BUILD-1", "building the target", exc, kit)
-        if check.family == "BUILD":
-            raise violation from None
-        raise CheckBlocked(check.clause, violation) from None
-    except NotClaimed as exc:
-        raise CheckSkipped(f"not claimed: {exc}") from None
-    except ExtensionMissing as exc:
-        raise CheckSkipped(str(exc)) from None
-    except Exception as exc:
-        raise unexpected_error(check.clause, f"check {check.id}", exc, kit) from None
+        try:
+            check.function(kit)
+        except NotClaimed as exc:
+            raise CheckSkipped(f"not claimed: {exc}") from None
+        except ExtensionMissing as exc:
+            raise CheckSkipped(str(exc)) from None
+        except BlockedBy as exc:
+            raise CheckBlocked(check.clause, exc.violation) from None
+        except ClauseViolation as exc:
+            raise _judged(settings, check, exc) from None
+        except Unreadable as problem:
+            raise _judged(settings, check, _unreadable(problem, kit)) from None
+        except Exception as exc:
+            found = unexpected_error(check.clause, f"check {check.id}", exc, kit)
+            raise _judged(settings, check, found) from None
     finally:
         for error in kit.close():
             warnings.warn(f"tokcap: {check.id}: {error}", stacklevel=1)
     return kit.observations
+
+
+def _judged(settings: KitSettings, check: Check, violation: ClauseViolation) -> Exception:
+    """Return what a check's violation means: its failure, or blocked by a more basic clause."""
+    basic = first_broken(settings)
+    if basic is not None and basic.clause != violation.clause:
+        return CheckBlocked(check.clause, basic)
+    if violation.clause != check.clause and violation.clause not in check.covers:
+        return CheckBlocked(check.clause, violation)
+    return violation
+
+
+def _unreadable(problem: Unreadable, kit: Kit) -> ClauseViolation:
+    return ClauseViolation(
+        problem.clause,
+        expected="a snapshot and entries readable through the contract's names",
+        observed=kit.redact(str(problem)),
+        hint="return a snapshot exposing rollout_id, entries, incomplete, snapshot_id and "
+        "version, with entries that carry the record's fields",
+    )

@@ -2,90 +2,32 @@
 
     python tools/kill_matrix.py [--jobs 2] [--output docs/kill-matrix.md] [--only NAME ...]
 
-Each store gets its own full kit run in a fresh interpreter and a fresh directory, as a
-framework author runs it, except that Hypothesis does not shrink counterexamples. A mutant is
-*caught* when the run fails and the clause it breaks is among the failed clauses of the JSON
-report. The matrix also checks that every clause id the kit has a check for is killed by at
-least one mutant, and that the correct stores pass. Exits 1 when a mutant survives (other
-than a listed kit gap), a correct store fails, or a clause is killed by no mutant.
+Each store gets its own full kit run through the zoo's :func:`run_kit`. A mutant is *exact*
+when the run fails and the failed clauses are exactly the ones the mutant declares (``breaks``
+plus ``also``); it is *precise* when that is one clause. Blocked clauses are shown apart: they
+were not judged because a more basic clause failed. The matrix also checks that every clause
+the kit has a check for is broken by some mutant, and that the correct stores pass with nothing
+failed or blocked. Exits 1 when a mutant is not exact, a correct store fails, or a clause is
+broken by no mutant.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
+import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parent.parent
-MUTANTS = PROJECT / "tests" / "mutants"
-sys.path.insert(0, str(MUTANTS))
+sys.path.insert(0, str(PROJECT / "tests" / "mutants"))
 
-from zoo import CORRECT, Mutant, Target, mutants  # noqa: E402
+from zoo import CORRECT, Mutant, Run, Target, mutants, run_kit  # noqa: E402
 
 from conformance.registry import all_checks  # noqa: E402
-
-RUN_TIMEOUT = 600.0
-
-
-@dataclass(frozen=True)
-class Run:
-    """What one kit run against one store showed."""
-
-    target: Target
-    exit_code: int
-    failed: tuple[str, ...]
-    seconds: float
-    problem: str = ""
-
-    @property
-    def caught(self) -> bool:
-        """Whether a mutant run failed with the mutant's own clause among the failures."""
-        return (
-            isinstance(self.target, Mutant)
-            and self.exit_code == 1
-            and self.target.clause in self.failed
-        )
-
-
-def run_kit(target: Target, extra: Sequence[str] = ()) -> Run:
-    """Run the whole kit against ``target`` in a fresh interpreter and directory."""
-    with tempfile.TemporaryDirectory(prefix="tokcap-kill-") as scratch:
-        report = Path(scratch) / "report.json"
-        environment = dict(os.environ)
-        environment["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(MUTANTS), environment.get("PYTHONPATH")])
-        )
-        environment["TMPDIR"] = scratch
-        command = [sys.executable, "-m", "pytest", "-q", *target.arguments(str(report)), *extra]
-        started = time.monotonic()
-        try:
-            done = subprocess.run(
-                command,
-                cwd=scratch,
-                env=environment,
-                capture_output=True,
-                text=True,
-                timeout=RUN_TIMEOUT,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return Run(target, -1, (), time.monotonic() - started, "timed out")
-        seconds = time.monotonic() - started
-        if not report.exists():
-            tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-            return Run(target, done.returncode, (), seconds, "no report: " + " / ".join(tail))
-        clauses = json.loads(report.read_text(encoding="utf-8"))["clauses"]
-        failed = tuple(clause for clause, entry in clauses.items() if entry["outcome"] == "failed")
-        return Run(target, done.returncode, failed, seconds)
 
 
 def kit_clauses() -> list[str]:
@@ -97,72 +39,85 @@ def kit_clauses() -> list[str]:
     return ordered
 
 
+def precision(runs: list[Run]) -> str:
+    """Return the precision line: how many mutants fail exactly one clause, and the spread."""
+    sizes = [len(run.failed) for run in runs]
+    one = sum(size == 1 and run.exact for size, run in zip(sizes, runs, strict=True))
+    return (
+        f"{one} of {len(runs)} mutants ({100 * one / max(1, len(runs)):.0f}%) fail exactly one "
+        f"clause; failed clauses per mutant: median {statistics.median(sizes or [0]):g}, "
+        f"max {max(sizes or [0])}; {sum(run.exact for run in runs)} fail exactly their "
+        "declared set"
+    )
+
+
 def render(runs: list[Run], controls: list[Run], clauses: list[str], wall: float) -> str:
     """Return the kill matrix as markdown."""
-    mutant_runs = [run for run in runs if isinstance(run.target, Mutant)]
     lines = [
         "# Kill matrix",
         "",
         "Generated by `python tools/kill_matrix.py`: the whole kit, run once per store in a "
         "fresh interpreter and directory, with Hypothesis shrinking off (`-p zoo_fast`). A "
-        "mutant is caught when the run fails and the clause it breaks is among the failed "
-        "clauses.",
+        "mutant is exact when the run fails exactly the clauses it declares; blocked clauses "
+        "were not judged because a more basic clause failed, and count neither way.",
         "",
-        f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {len(mutant_runs)} "
-        f"mutants, {sum(run.caught for run in mutant_runs)} caught; wall time {wall:.0f} s, "
-        f"kit time {sum(run.seconds for run in runs + controls):.0f} s.",
+        f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {len(runs)} mutants, "
+        f"{sum(run.exact for run in runs)} exact; wall time {wall:.0f} s, kit time "
+        f"{sum(run.seconds for run in runs + controls):.0f} s.",
+        "",
+        f"**Precision:** {precision(runs)}.",
         "",
         "## Mutants",
         "",
-        "| mutant | breaks | flags | caught | failed clauses | s |",
-        "| --- | --- | --- | --- | --- | ---: |",
+        "| mutant | declares | flags | exact | failed | blocked | s |",
+        "| --- | --- | --- | --- | --- | --- | ---: |",
     ]
-    for run in mutant_runs:
+    for run in runs:
         mutant = run.target
         assert isinstance(mutant, Mutant)
-        verdict = "yes" if run.caught else ("kit gap" if mutant.kit_gap else "**NO**")
         failed = ", ".join(run.failed) or run.problem or "none"
         flags = " ".join(f"`{flag}`" for flag in mutant.flags)
         lines.append(
-            f"| `{mutant.sink}` | {mutant.clause} | {flags} | {verdict} | {failed} | "
+            f"| `{mutant.sink}` | {', '.join(mutant.expected)} | {flags} | "
+            f"{'yes' if run.exact else '**NO**'} | {failed} | {', '.join(run.blocked)} | "
             f"{run.seconds:.1f} |"
         )
     lines += ["", "## What each mutant does", ""]
-    for run in mutant_runs:
+    for run in runs:
         mutant = run.target
         assert isinstance(mutant, Mutant)
         lines.append(f"- `{mutant.name}` ({mutant.clause}): {mutant.story}")
-        if mutant.kit_gap:
-            lines.append(f"  Kit gap: {mutant.kit_gap}")
     lines += [
         "",
         "## Correct stores",
         "",
-        "| store | flags | failed clauses | s |",
-        "| --- | --- | --- | ---: |",
+        "| store | flags | failed | blocked | s |",
+        "| --- | --- | --- | --- | ---: |",
     ]
     for run in controls:
         flags = " ".join(f"`{flag}`" for flag in run.target.flags)
         failed = ", ".join(run.failed) or run.problem or "none"
-        lines.append(f"| `{run.target.sink}` | {flags} | {failed} | {run.seconds:.1f} |")
+        lines.append(
+            f"| `{run.target.sink}` | {flags} | {failed} | {', '.join(run.blocked) or 'none'} | "
+            f"{run.seconds:.1f} |"
+        )
     lines += [
         "",
-        "## Every clause the kit checks is killed",
+        "## Every clause the kit checks is broken by a mutant",
         "",
-        "| clause | killed by (mutants breaking it, caught) | also failed in |",
+        "| clause | broken by (exact) | also declared by |",
         "| --- | --- | --- |",
     ]
     for clause in clauses:
-        killers = [
-            run.target.name for run in mutant_runs if run.caught and run.target.clause == clause
-        ]
+        killers = [r.target.name for r in runs if r.exact and r.target.clause == clause]
         others = [
-            run.target.name
-            for run in mutant_runs
-            if clause in run.failed and run.target.name not in killers
+            r.target.name
+            for r in runs
+            if isinstance(r.target, Mutant) and clause in r.target.also
         ]
-        shown = ", ".join(killers) if killers else "**none**"
-        lines.append(f"| {clause} | {shown} | {len(others)} other mutants |")
+        lines.append(
+            f"| {clause} | {', '.join(killers) or '**none**'} | {', '.join(others) or ''} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -175,10 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--kit-arg", action="append", default=[], help="extra option for every kit run"
     )
     options = parser.parse_args(argv)
-    zoo = mutants()
+    targets: list[Target] = [*CORRECT, *mutants()]
     if options.only is not None:
-        zoo = [mutant for mutant in zoo if mutant.name in options.only]
-    targets: list[Target] = [*CORRECT, *zoo] if options.only is None else list(zoo)
+        targets = [target for target in targets if target.name in options.only]
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
         finished = list(pool.map(lambda target: run_kit(target, options.kit_arg), targets))
@@ -186,24 +140,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     controls = [run for run in finished if not isinstance(run.target, Mutant)]
     runs = [run for run in finished if isinstance(run.target, Mutant)]
     for run in finished:
-        state = "caught" if run.caught else ("passed" if not run.failed else "failed")
-        print(f"{run.target.name:32} {state:7} {run.seconds:6.1f}s {', '.join(run.failed)}")
+        state = "exact" if run.exact else ("passed" if not run.failed else "failed")
+        print(
+            f"{run.target.name:32} {state:7} {run.seconds:6.1f}s failed: {', '.join(run.failed)}"
+            f" blocked: {', '.join(run.blocked)} {run.problem}",
+            flush=True,
+        )
     clauses = kit_clauses()
-    survivors = [run.target.name for run in runs if not run.caught and not run.target.kit_gap]
-    broken_controls = [run.target.name for run in controls if run.failed or run.exit_code != 0]
+    inexact = [run.target.name for run in runs if not run.exact]
+    broken_controls = [
+        run.target.name for run in controls if run.failed or run.blocked or run.exit_code != 0
+    ]
     unkilled = [
         clause
         for clause in clauses
-        if not any(run.caught and run.target.clause == clause for run in runs)
+        if not any(run.exact and run.target.clause == clause for run in runs)
     ]
     if options.only is None:
         options.output.parent.mkdir(parents=True, exist_ok=True)
         options.output.write_text(render(runs, controls, clauses, wall), encoding="utf-8")
         print(f"wrote {options.output}")
-    print(f"wall {wall:.0f}s; survivors {survivors}; failing correct stores {broken_controls}")
+    print(f"wall {wall:.0f}s; not exact {inexact}; failing correct stores {broken_controls}")
+    print(precision(runs))
     if options.only is None:
-        print(f"clauses killed by no mutant: {unkilled}")
-    return 1 if survivors or broken_controls or (options.only is None and unkilled) else 0
+        print(f"clauses broken by no exact mutant: {unkilled}")
+    return 1 if inexact or broken_controls or (options.only is None and unkilled) else 0
 
 
 if __name__ == "__main__":

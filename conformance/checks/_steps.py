@@ -1,10 +1,8 @@
 """Steps many checks share: acting on an endpoint while naming the clause that step serves.
 
 Each step turns an error the contract does not allow into a :class:`ClauseViolation` of the
-clause being checked, so every failure names a clause, whatever broke. When the error comes
-from an operation a more basic clause owns (a plain put, freeze, mark or drop), the step first
-runs that operation the plainest way on fresh endpoints: if that breaks too, the violation is
-the owner's, and the check is reported blocked by it instead of failed.
+clause being checked, so every failure names a clause, whatever broke; the runner then tells
+whether a more basic clause explains it (:mod:`conformance.basics`).
 
 Snapshots are read only through the contract (:mod:`conformance.reading`): a step hands back
 a :class:`SnapshotView`, never the implementation's object.
@@ -21,7 +19,7 @@ from hypothesis.errors import Flaky
 
 from conformance.context import Endpoint, Kit, unexpected_error
 from conformance.reading import SnapshotView, Unreadable, entry_view, read_snapshot
-from conformance.violation import BlockedBy, ClauseViolation, fail
+from conformance.violation import ClauseViolation, fail
 
 __all__ = [
     "call_of",
@@ -33,15 +31,11 @@ __all__ = [
     "payloads",
     "put",
     "raises",
-    "require_plain_use",
     "reread",
     "run_property",
     "sent",
     "state",
 ]
-
-OWNERS = {"put": "PUT-1", "mark": "MASK-1", "freeze": "FREEZE-1", "drop": "DROP-1"}
-"""The clause that owns each basic operation: where its plain use breaking is judged."""
 
 
 def call_of(entry: Any) -> str:
@@ -60,14 +54,14 @@ def put(kit: Kit, clause: str, sink: Endpoint, entry: Any) -> None:
     __tracebackhide__ = True
     view = entry_view(entry)
     doing = f"put of call {view.model_call_id!r} into {view.rollout_id}"
-    _step(kit, clause, "put", doing, sink.put, entry)
+    _step(kit, clause, doing, sink.put, entry)
 
 
 def mark(kit: Kit, clause: str, sink: Endpoint, rollout_id: str, model_call_id: str = "") -> None:
     """Mark ``rollout_id`` incomplete; any error is a violation of ``clause``."""
     __tracebackhide__ = True
     doing = f"mark_incomplete({rollout_id!r}, {model_call_id!r})"
-    _step(kit, clause, "mark", doing, sink.mark_incomplete, rollout_id, model_call_id)
+    _step(kit, clause, doing, sink.mark_incomplete, rollout_id, model_call_id)
 
 
 def freeze(kit: Kit, clause: str, source: Endpoint, rollout_id: str) -> SnapshotView:
@@ -76,7 +70,7 @@ def freeze(kit: Kit, clause: str, source: Endpoint, rollout_id: str) -> Snapshot
     A snapshot of the wrong shape violates SHAPE-1 or FREEZE-1, whatever the check.
     """
     __tracebackhide__ = True
-    raw = _step(kit, clause, "freeze", f"freeze({rollout_id!r})", source.freeze, rollout_id)
+    raw = _step(kit, clause, f"freeze({rollout_id!r})", source.freeze, rollout_id)
     view = _read(raw)
     if view.rollout_id != rollout_id:
         fail(
@@ -117,7 +111,6 @@ def drop(
     result = _step(
         kit,
         clause,
-        "drop",
         f"drop({rollout_id!r}, snapshot_id=..., version={version})",
         source.drop,
         rollout_id,
@@ -166,82 +159,14 @@ def raises(call: Any, *args: Any, **kwargs: Any) -> BaseException | None:
     return None
 
 
-def _step(
-    kit: Kit, clause: str, operation: str, doing: str, call: Any, *args: Any, **kwargs: Any
-) -> Any:
+def _step(kit: Kit, clause: str, doing: str, call: Any, *args: Any, **kwargs: Any) -> Any:
     __tracebackhide__ = True
     try:
         return call(*args, **kwargs)
     except ClauseViolation:
         raise
     except Exception as exc:
-        owner = OWNERS[operation]
-        if owner != clause:
-            broken = plain_use_breaks(kit, operation)
-            if broken is not None:
-                raise broken from None
         raise unexpected_error(clause, doing, exc, kit) from None
-
-
-def require_plain_use(kit: Kit) -> None:
-    """Raise :class:`BlockedBy` unless a plain put, freeze and exact drop work.
-
-    Checks that drive the implementation outside the steps (histories, programs) call this
-    first, so that a basic breakage blocks them instead of reading as their own failure.
-    """
-    __tracebackhide__ = True
-    broken = plain_use_breaks(kit, "drop")
-    if broken is not None:
-        raise BlockedBy(broken)
-
-
-def plain_use_breaks(kit: Kit, operation: str) -> ClauseViolation | None:
-    """Use ``operation`` the plainest way on fresh endpoints; return the owner's violation if any.
-
-    A put, a mark, a freeze of what was put, a drop of that exact snapshot: each step that
-    raises is a violation of the clause that owns it.
-    """
-    rollout = kit.rollout_id("plain")
-    entry = kit.entries.entry(rollout, prompt_len=8, generation_len=4)
-    try:
-        sink = kit.sink()
-        if operation == "mark":
-            return _owned(kit, "mark", sink.mark_incomplete, rollout, "plain-call")[1]
-        broken = _owned(kit, "put", sink.put, entry)[1]
-        if broken is not None or operation == "put":
-            return broken
-        source = kit.source()
-        snapshot, broken = _owned(kit, "freeze", source.freeze, rollout)
-        if broken is not None:
-            return broken
-        view = _read(snapshot)
-        if operation == "freeze":
-            return None
-        expect_drop_shape(source)
-        answer, broken = _owned(
-            kit, "drop", source.drop, rollout, snapshot_id=view.snapshot_id, version=view.version
-        )
-        if broken is None and not isinstance(answer, bool):
-            fail(
-                "SHAPE-2",
-                expected="drop() to return a bool",
-                observed=f"{type(answer).__name__} {answer!r}"[:200],
-                hint="return True only when the exact snapshot was retired, else False",
-            )
-        return broken
-    except ClauseViolation as violation:
-        return violation
-
-
-def _owned(
-    kit: Kit, operation: str, call: Any, *args: Any, **kwargs: Any
-) -> tuple[Any, ClauseViolation | None]:
-    try:
-        return call(*args, **kwargs), None
-    except ClauseViolation as violation:
-        return None, violation
-    except Exception as exc:
-        return None, unexpected_error(OWNERS[operation], f"a plain {operation}", exc, kit)
 
 
 def payloads(snapshot: SnapshotView) -> dict[str, bytes]:

@@ -13,7 +13,6 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from conformance.checks._steps import require_plain_use
 from conformance.context import Endpoint, Kit
 from conformance.history.checker import check_history
 from conformance.history.events import Event
@@ -181,7 +180,6 @@ def cut_under_writes(kit: Kit) -> None:
     """Freezes and drops amid writes from spawned workers admit a legal order of every operation."""
     if kit.claims("process-local"):
         raise NotClaimed(PROCESS_LOCAL)
-    require_plain_use(kit)
     plan = budget(kit.settings.profile)
     share = kit.rollout_id("shared")
     rounds = [kit.rollout_id(f"round{k}") for k in range(plan.rounds)]
@@ -216,7 +214,6 @@ def one_and_many_rollouts(kit: Kit) -> None:
     """Workers writing a shared rollout and one each lose nothing, mix nothing, agree on freezes."""
     if kit.claims("process-local"):
         raise NotClaimed(PROCESS_LOCAL)
-    require_plain_use(kit)
     plan = budget(kit.settings.profile)
     share = kit.rollout_id("shared")
     own = [kit.rollout_id(f"own{n}") for n in range(plan.writers)]

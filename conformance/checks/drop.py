@@ -105,8 +105,18 @@ def unknown_rollout(kit: Kit) -> None:
 def refusal_destroys_nothing(kit: Kit) -> None:
     """After refused drops, the next freeze returns the same evidence and can still drop."""
     source, rollout, snapshot = _frozen(kit, "DROP-3", entries=3)
-    drop(kit, "DROP-3", source, rollout, snapshot.snapshot_id, snapshot.version + 1)
-    drop(kit, "DROP-3", source, rollout, snapshot.snapshot_id + "x", snapshot.version)
+    for snapshot_id, version in (
+        (snapshot.snapshot_id, snapshot.version + 1),
+        (snapshot.snapshot_id + "x", snapshot.version),
+    ):
+        if drop(kit, "DROP-3", source, rollout, snapshot_id, version):
+            fail(
+                "DROP-2",
+                expected=f"drop to return False for ({snapshot_id!r}, {version}) "
+                f"(current {snapshot.snapshot_id!r}, {snapshot.version})",
+                observed="True",
+                hint="retire only when both snapshot_id and version equal the current frozen state",
+            )
     again = freeze(kit, "DROP-3", kit.source(), rollout)
     expect_equal_snapshots(
         "DROP-3",

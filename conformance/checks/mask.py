@@ -5,8 +5,9 @@ from __future__ import annotations
 from conformance.checks._steps import describe, drop, freeze, mark, payloads, put, raises, sent
 from conformance.context import Kit
 from conformance.entries import ODD_CALL_IDS
+from conformance.reading import read_snapshot
 from conformance.registry import check
-from conformance.violation import NotClaimed, fail
+from conformance.violation import ClauseViolation, NotClaimed, fail
 from conformance.workers import Operation, WorkerPlan, run_workers
 
 
@@ -130,12 +131,19 @@ def keeps_evidence(kit: Kit) -> None:
     expected = sent(entries)
     for endpoint in (source, source, kit.source()):
         snapshot = freeze(kit, "MASK-5", endpoint, rollout)
-        if payloads(snapshot) != expected or not snapshot.incomplete:
+        if payloads(snapshot) != expected:
             fail(
                 "MASK-5",
-                expected=f"all {len(entries)} entries, incomplete=True",
+                expected=f"all {len(entries)} entries of the masked rollout",
                 observed=describe(snapshot),
                 hint="masking keeps the evidence; only a consumer's drop removes it",
+            )
+        if not snapshot.incomplete:
+            fail(
+                "MASK-2",
+                expected="every freeze after the mark to say incomplete=True",
+                observed=describe(snapshot),
+                hint="never clear the incomplete flag on freeze",
             )
     current = freeze(kit, "MASK-5", source, rollout)
     if not drop(kit, "MASK-5", source, rollout, current.snapshot_id, current.version):
@@ -144,6 +152,43 @@ def keeps_evidence(kit: Kit) -> None:
             expected="the masked snapshot to drop with its exact id and version",
             observed="False",
             hint="a masked rollout is retired like any other",
+        )
+
+
+@check("MASK-6", "after-drop")
+def after_drop(kit: Kit) -> None:
+    """A mark on a dropped rollout may raise or return, but no later freeze comes back clean."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id()
+    put(kit, "MASK-6", sink, kit.entries.entry(rollout))
+    snapshot = freeze(kit, "MASK-6", source, rollout)
+    if not drop(kit, "MASK-6", source, rollout, snapshot.snapshot_id, snapshot.version):
+        fail(
+            "DROP-1",
+            expected="the exact snapshot to drop",
+            observed="False",
+            hint="compare the stored frozen snapshot_id and version",
+        )
+    raises(kit.sink().mark_incomplete, rollout, "after-drop")
+    try:
+        later = read_snapshot(kit.source().freeze(rollout))
+    except ClauseViolation:
+        raise
+    except Exception:
+        return  # A retired rollout may refuse to freeze.
+    if later.entries and not kit.claims("no-delete"):
+        fail(
+            "DROP-5",
+            expected="the dropped records to be gone",
+            observed=f"freeze after drop returned {describe(later)}",
+            hint="delete on drop, or declare --tokcap-capability=no-delete",
+        )
+    if not later.incomplete:
+        fail(
+            "MASK-6",
+            expected="a freeze after drop and mark to raise or to be incomplete",
+            observed=describe(later),
+            hint="keep a dropped rollout retired: refuse the mark, or keep it and show it",
         )
 
 

@@ -26,7 +26,6 @@ from hypothesis.stateful import (
     rule,
 )
 
-from conformance.checks._steps import require_plain_use
 from conformance.context import Kit
 from conformance.entries import EntryFactory
 from conformance.history.events import Event
@@ -204,7 +203,6 @@ def _program(kit: Kit, rules: Rules) -> type[RuleBasedStateMachine]:
 )
 def model_based(kit: Kit) -> None:
     """Random programs of every operation over four look-alike rollouts follow the model."""
-    require_plain_use(kit)
     plan = budget(kit.settings.profile)
     rules = Rules.judging(kit.fence, kit.settings.capabilities)
     test = get_state_machine_test(  # type: ignore[no-untyped-call]

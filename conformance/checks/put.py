@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from conformance.basics import freeze_elsewhere
 from conformance.checks._steps import (
     call_of,
     describe,
@@ -23,9 +22,9 @@ from conformance.checks._steps import (
     run_property,
     sent,
 )
-from conformance.context import Kit, build_endpoint
+from conformance.context import Kit
 from conformance.entries import ODD_CALL_IDS
-from conformance.reading import SnapshotView, entry_view, read_snapshot
+from conformance.reading import SnapshotView, Unreadable, entry_view
 from conformance.registry import check
 from conformance.strategies import model_call_ids, token_entry_fields
 from conformance.violation import fail
@@ -82,36 +81,6 @@ def _property_settings(examples: int) -> settings:
     )
 
 
-_ELSEWHERE_SECONDS = 60.0
-
-
-def _freeze_elsewhere(kit: Kit, rollout: str) -> SnapshotView | BaseException:
-    """Freeze from a fresh source on another thread's loop while the kit's loop stands still.
-
-    Work the sink left for its own event loop (a task committing after the ack) cannot run
-    in between, exactly as for a consumer in another process.
-    """
-    found: list[Any] = []
-
-    async def look() -> Any:
-        source = build_endpoint(kit.settings.source, dict(kit.settings.source_kwargs), "source")
-        try:
-            return await source.freeze(rollout)
-        finally:
-            await source.close()
-
-    def run() -> None:
-        try:
-            found.append(read_snapshot(asyncio.run(look())))
-        except BaseException as exc:
-            found.append(exc)
-
-    worker = threading.Thread(target=run, name="tokcap-fresh-source", daemon=True)
-    worker.start()
-    worker.join(_ELSEWHERE_SECONDS)
-    return found[0] if found else TimeoutError("the fresh source's freeze did not return")
-
-
 @check("PUT-1", "durable-on-return")
 def durable_on_return(kit: Kit) -> None:
     """Once put returns, a fresh source's freeze contains the entry, before any close."""
@@ -120,7 +89,9 @@ def durable_on_return(kit: Kit) -> None:
         rollout = kit.rollout_id()
         entry = kit.entries.entry(rollout)
         put(kit, "PUT-1", sink, entry)
-        seen = _freeze_elsewhere(kit, rollout)
+        seen = freeze_elsewhere(kit, rollout)
+        if isinstance(seen, Unreadable):
+            raise seen
         if isinstance(seen, SnapshotView) and call_of(entry) in payloads(seen):
             continue
         observed = (

@@ -127,7 +127,8 @@ def _refusals(events: list[Event]) -> list[Anomaly]:
     for event in events:
         raised = event.kind in ("freeze", "drop") and event.outcome == "fail"
         if raised and not _after_a_drop(event, retiring):
-            clause = "FREEZE-5" if event.kind == "freeze" else "DROP-2"
+            written = any(w.invoke <= event.ends for w in _writes(events))
+            clause = "DROP-2" if event.kind == "drop" else "FREEZE-5" if written else "FREEZE-4"
             reason = f"{event.kind} raised on a rollout nobody dropped"
             return [Anomaly("refused", clause, event.rollout_id, reason, (event,))]
     return []
@@ -173,7 +174,8 @@ def _lost_acks(events: list[Event]) -> list[Anomaly]:
                 return [Anomaly("lost-ack", "FREEZE-5", write.rollout_id, reason, (write, freeze))]
             if write.kind == "mark" and not freeze.incomplete:
                 reason = "mark_incomplete was acked before a freeze that says incomplete=False"
-                return [Anomaly("lost-ack", "MASK-1", write.rollout_id, reason, (write, freeze))]
+                clause = "MASK-2" if _cleared(write, freeze, events) else "MASK-1"
+                return [Anomaly("lost-ack", clause, write.rollout_id, reason, (write, freeze))]
     if len(retiring) != 1 or retiring[0].outcome != "ok":
         return []
     drop = retiring[0]
@@ -183,6 +185,12 @@ def _lost_acks(events: list[Event]) -> list[Anomaly]:
     frozen = minted[0]
     calls = {call for call, _ in frozen.entries}
     for write in acked:
+        if write.kind == "put" and write.call_id not in calls and frozen.precedes(write):
+            reason = (
+                f"put of call {write.call_id!r} was acked after the freeze returned, yet the "
+                "snapshot without it was dropped: the put must raise or move the version"
+            )
+            return [Anomaly("lost-ack", "FENCE-1", drop.rollout_id, reason, (write, frozen, drop))]
         if write.kind == "put" and write.call_id not in calls:
             reason = (
                 f"put of call {write.call_id!r} was acked, yet the snapshot without it was "
@@ -206,6 +214,18 @@ def _lost_acks(events: list[Event]) -> list[Anomaly]:
                 witness = (write, frozen, drop, later)
                 return [Anomaly("lost-ack", "MASK-1", drop.rollout_id, reason, witness)]
     return []
+
+
+def _cleared(mark: Event, freeze: Event, events: list[Event]) -> bool:
+    """Whether the mark was seen, or other writes came, before the clean freeze (MASK-2)."""
+    between = [
+        e
+        for e in events
+        if e is not mark and e.outcome == "ok" and mark.precedes(e) and e.precedes(freeze)
+    ]
+    return any(e.kind == "freeze" and e.incomplete for e in between) or any(
+        e.kind in ("put", "mark") for e in between
+    )
 
 
 def _state_of(freeze: Event) -> tuple[frozenset[tuple[str, str]], bool]:

@@ -66,6 +66,11 @@ class RolloutState:
     dropped: bool = False
     used: frozenset[Pair] = field(default_factory=frozenset)
     """Every pair bound to some state so far."""
+    moved_by: str = ""
+    """What made the latest state change (``put``, ``mark``, ``begin``, ``drop``): it names the
+    clause a version that failed to move breaks."""
+    after_refused_drop: bool = False
+    """Whether the latest operation was a refused drop, which must have destroyed nothing."""
 
     @property
     def current(self) -> bool:
@@ -127,8 +132,14 @@ def _refuse(clause: str, anomaly: str, reason: str) -> Step:
     return (), Refusal(clause, anomaly, reason)
 
 
-def _changed(state: RolloutState, **changes: object) -> RolloutState:
-    return replace(state, epoch=state.epoch + 1, **changes)  # type: ignore[arg-type]
+def _changed(state: RolloutState, by: str, **changes: object) -> RolloutState:
+    return replace(
+        state,
+        epoch=state.epoch + 1,
+        moved_by=by,
+        after_refused_drop=False,
+        **changes,  # type: ignore[arg-type]
+    )
 
 
 def _with_entry(state: RolloutState, call_id: str, digest: str) -> tuple[tuple[str, str], ...]:
@@ -147,7 +158,7 @@ def _put(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step:
                 return _ok(state)  # After freeze a strict fence may refuse it (PUT-3).
             return _refuse("PUT-3", "refused", "an identical re-put raised; it must be a no-op")
         if known is not None and known != event.digest:
-            return _ok(state, _changed(state, incomplete=True))
+            return _ok(state, _changed(state, "mark", incomplete=True))
         if state.fenced and (known is not None or rules.fence != "relaxed"):
             return _ok(state)
         return _refuse(
@@ -160,12 +171,15 @@ def _put(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step:
         return _refuse("FENCE-2", "lost-ack", "a put into a dropped rollout was acked")
     if known == event.digest:
         # Before freeze nobody can see a version move; after it, nothing may change (PUT-3).
-        return _ok(state) if state.fenced else _ok(state, _changed(state))
+        return _ok(state) if state.fenced else _ok(state, _changed(state, "put"))
     if known is not None:
         return _ok(
-            _changed(state, incomplete=True),
+            _changed(state, "mark", incomplete=True),
             _changed(
-                state, incomplete=True, entries=_with_entry(state, event.call_id, event.digest)
+                state,
+                "mark",
+                incomplete=True,
+                entries=_with_entry(state, event.call_id, event.digest),
             ),
         )
     if state.fenced and rules.fence == "strict":
@@ -173,6 +187,7 @@ def _put(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step:
     return _ok(
         _changed(
             state,
+            "put",
             entries=_with_entry(state, event.call_id, event.digest),
             intents=state.intents - {event.call_id},
         )
@@ -184,7 +199,7 @@ def _mark(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step
         if state.dropped:
             return _ok(state)
         return _refuse("MASK-6", "refused", "mark_incomplete raised on a live rollout")
-    return _ok(_changed(state, incomplete=True))
+    return _ok(_changed(state, "mark", incomplete=True))
 
 
 def _begin(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step:
@@ -193,15 +208,17 @@ def _begin(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Ste
             return _ok(state)
         return _refuse("EXT-BEGIN-1", "refused", "begin_call raised on an open rollout")
     if state.payload(event.call_id) is not None:
-        return _ok(state, _changed(state))
+        return _ok(state, _changed(state, "begin"))
     intents = state.intents | {event.call_id}
-    return _ok(replace(state, intents=intents), _changed(state, intents=intents))
+    return _ok(replace(state, intents=intents), _changed(state, "begin", intents=intents))
 
 
 def _freeze(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step:
     if outcome == "fail":
         if state.dropped:
             return _ok(state)
+        if state.epoch == 0:
+            return _refuse("FREEZE-4", "refused", "freeze raised on a rollout never written")
         return _refuse("FREEZE-5", "refused", "freeze raised on a live rollout")
     if event.result is None:
         fenced = replace(state, fenced=True)
@@ -210,6 +227,8 @@ def _freeze(rules: Rules, state: RolloutState, event: Event, outcome: str) -> St
         return _ok(state, fenced)
     wrong = _content_refusal(state, event)
     if wrong is not None:
+        if state.after_refused_drop and wrong.clause != "FREEZE-3":
+            wrong = replace(wrong, clause="DROP-3", reason=f"after a refused drop, {wrong.reason}")
         return (), wrong
     if state.dropped:
         return _ok(state)
@@ -219,19 +238,23 @@ def _freeze(rules: Rules, state: RolloutState, event: Event, outcome: str) -> St
     if state.current and state.pair is not None:
         if pair != state.pair:
             return _refuse(
-                "FREEZE-2",
+                "DROP-3" if state.after_refused_drop else "FREEZE-2",
                 "split-freeze",
                 f"the rollout was frozen as {state.pair} and, unchanged, froze again as {pair}",
             )
         return _ok(state, masked)
     if pair in state.used:
         return _refuse(
-            "DROP-4",
+            _STUCK_BY.get(state.moved_by, "DROP-4"),
             "version-stuck",
             f"the pair {pair} already named an earlier state of the rollout",
         )
     bound = replace(state, frozen_at=state.epoch, pair=pair, fenced=True, used=state.used | {pair})
     return _ok(bound, replace(bound, incomplete=True) if dangling else bound)
+
+
+_STUCK_BY = {"put": "FENCE-1", "mark": "MASK-3"}
+"""The clause a version that did not move after a freeze breaks, by what changed the state."""
 
 
 def _content_refusal(state: RolloutState, event: Event) -> Refusal | None:
@@ -241,6 +264,8 @@ def _content_refusal(state: RolloutState, event: Event) -> Refusal | None:
         return Refusal("FREEZE-3", "duplicate", f"call {twice[0]!r} appears twice")
     seen, held = dict(event.entries), dict(state.entries)
     extra = sorted(set(seen) - set(held))
+    if extra and state.dropped:
+        return Refusal("DROP-5", "phantom", f"call {extra[0]!r} is still there after a drop")
     if extra:
         return Refusal("FREEZE-5", "phantom", f"call {extra[0]!r} is not in the rollout")
     missing = sorted(set(held) - set(seen))
@@ -253,6 +278,12 @@ def _content_refusal(state: RolloutState, event: Event) -> Refusal | None:
     if event.incomplete != (state.incomplete or dangling) and not state.dropped:
         if state.incomplete and not event.incomplete:
             return Refusal("MASK-2", "lost-ack", "an acked mark is missing: incomplete=False")
+        if dangling and not event.incomplete:
+            return Refusal(
+                "EXT-BEGIN-1", "lost-ack", "an intent with no entry, yet incomplete=False"
+            )
+        if state.epoch == 0:
+            return Refusal("FREEZE-4", "phantom", "a rollout never written froze incomplete")
         return Refusal("MASK-1", "phantom", "incomplete=True with no mark, conflict or intent")
     if state.dropped and state.incomplete and not event.incomplete:
         return Refusal("MASK-1", "lost-ack", "an acked mark is missing: incomplete=False")
@@ -275,7 +306,7 @@ def _drop(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step
             return _refuse(
                 "DROP-1", "refused", f"drop{pair} of the current snapshot returned False"
             )
-        return _ok(state)
+        return _ok(replace(state, after_refused_drop=True))
     if not exact:
         stale = pair in state.used
         return _refuse(
@@ -286,4 +317,4 @@ def _drop(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step
             else f"drop{pair} returned True for a pair the rollout never had",
         )
     kept = state if rules.keeps_records else replace(state, entries=(), incomplete=False)
-    return _ok(_changed(kept, dropped=True, intents=frozenset()))
+    return _ok(_changed(kept, "drop", dropped=True, intents=frozenset()))

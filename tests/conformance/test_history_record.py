@@ -10,6 +10,7 @@ import pytest
 
 from conformance.entries import EntryFactory
 from conformance.history.record import Action, Lane, Recorder, Target, Workload
+from conformance.reading import entry_view
 from tokcap_spec.errors import RolloutRetiredError
 
 MUTANTS = Path(__file__).parents[1] / "mutants"
@@ -28,7 +29,7 @@ def target(root: Path, kwargs: dict[str, object] | None = None) -> Target:
 
 def put_action(rollout: str, call: str) -> Action:
     entry = EntryFactory(random.Random(call)).entry(rollout, call, prompt_len=2, generation_len=1)
-    return Action("put", rollout, call, entry.to_json_bytes())
+    return Action("put", rollout, call, entry_view(entry).payload)
 
 
 class TestWorkload:
@@ -88,8 +89,8 @@ class TestRecorder:
         store = RelaxedFileStore(str(tmp_path))
         recorder = Recorder("here")
         asyncio.run(recorder.retire(store, "r", attempts=1))
-        payload = put_action("r", "late").payload
-        late = asyncio.run(recorder.put(store, payload))
+        entry = EntryFactory(random.Random(0)).entry("r", "late", prompt_len=2, generation_len=1)
+        late = asyncio.run(recorder.put(store, entry))
         assert late.outcome == "fail"
         assert late.error.startswith(RolloutRetiredError.__name__)
         assert late.complete is not None

@@ -136,7 +136,7 @@ class TestModelBasedCheck:
         """A version counted from entries fails DROP-4 with the short program that shows it."""
         check = checks_by_id()["FENCE-1-model-based"]
         with pytest.raises(ClauseViolation) as raised:
-            run_check(self.settings("concurrency:CountedVersion", tmp_path), check)
+            run_check(self.settings("zoo_concurrency:CountedVersion", tmp_path), check)
         assert raised.value.clause == "DROP-4"
         steps = re.findall(r"^ +\d+\. (\w+)\(", raised.value.observed, re.MULTILINE)
         assert "freeze" in steps

@@ -172,7 +172,7 @@ class TestVerdicts:
         result.stdout.fnmatch_lines(
             [
                 "*[[]PUT-1[]] contract violated",
-                "*expected: call * visible to a fresh source",
+                "*expected: call * visible to a fresh source*",
                 "*observed: snapshot_id=*entries=0*",
                 "*hint: *",
                 "*see: *docs/clauses.md#put-1",

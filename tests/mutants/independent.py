@@ -25,7 +25,14 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Record", "RelaxedSqliteStore", "Snapshot", "SqliteStore"]
+__all__ = [
+    "MappingEntriesStore",
+    "OwnRecordsOnlyStore",
+    "Record",
+    "RelaxedSqliteStore",
+    "Snapshot",
+    "SqliteStore",
+]
 
 
 class Record(BaseModel):
@@ -273,3 +280,25 @@ class RelaxedSqliteStore(SqliteStore):
     """The same store with a relaxed fence: a late call is kept and moves the version."""
 
     relaxed: ClassVar[bool] = True
+
+
+class MappingEntriesStore(SqliteStore):
+    """The same store handing snapshot entries back as plain dicts, which the contract allows."""
+
+    async def freeze(self, rollout_id: str) -> Snapshot:
+        snapshot = await super().freeze(rollout_id)
+        entries: Any = tuple(entry.model_dump() for entry in snapshot.entries)
+        return dataclasses.replace(snapshot, entries=entries)
+
+
+class OwnRecordsOnlyStore(SqliteStore):
+    """The same store refusing any entry that is not its own :class:`Record`.
+
+    Judged with ``--tokcap-entry-class=independent:Record``, it proves that every entry the kit
+    puts, in this process and in spawned workers, is built with the class the run names.
+    """
+
+    async def put(self, entry: object) -> None:
+        if type(entry) is not Record:
+            raise TypeError(f"put() takes independent.Record, got {type(entry).__qualname__}")
+        await super().put(entry)

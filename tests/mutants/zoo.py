@@ -1,39 +1,39 @@
-"""The catalog of mutants: every broken store in the ``zoo_*`` modules and the clause it breaks.
+"""The mutant zoo: every broken store in the ``zoo_*`` modules, what it must fail, the kit runner.
 
-Each mutant is a class with a ``breaks`` attribute naming one clause, an optional ``flags``
-tuple of kit options it is judged with, and a docstring that says what it breaks and how a
-real transport ends up like that. Correct stores are listed in :data:`CORRECT`.
+Each mutant is a class with a ``breaks`` attribute naming the clause it breaks, an optional
+``also`` tuple of clauses it necessarily breaks too, an optional ``flags`` tuple of kit
+options it is judged with, and a docstring that says what it breaks and how a real transport
+ends up like that. The kit must fail exactly ``{breaks, *also}``: a mutant is *precise* when
+that set is one clause. Correct stores are listed in :data:`CORRECT`; the kit must pass them
+with nothing failed and nothing blocked.
+
+:func:`run_kit` is the one way a store is judged here, by the zoo tests and by
+``tools/kill_matrix.py`` alike: the whole kit in a fresh interpreter and directory, as a
+framework author runs it, except that Hypothesis does not shrink (``-p zoo_fast``).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from dataclasses import dataclass
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-__all__ = ["CORRECT", "HERE", "KIT_GAPS", "MODULES", "Mutant", "Target", "mutants"]
+__all__ = ["CORRECT", "HERE", "Mutant", "Run", "Target", "mutants", "run_kit"]
 
 HERE = Path(__file__).resolve().parent
 """The directory that must be on ``PYTHONPATH`` for the kit to import the mutants."""
 
-MODULES = (
-    "zoo_shape",
-    "zoo_build",
-    "zoo_spawn",
-    "zoo_put",
-    "zoo_freeze",
-    "zoo_fence",
-    "zoo_drop",
-    "zoo_mask",
-    "zoo_close",
-    "zoo_ext",
-)
-
 ROOT_KWARGS = '{"root": "{tmp_path}"}'
-
-KIT_GAPS: dict[str, str] = {}
-"""Mutants the kit does not catch under their clause yet, with the check that needs work."""
+RUN_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True)
@@ -55,19 +55,23 @@ class Target:
 
 @dataclass(frozen=True)
 class Mutant(Target):
-    """A store that breaks exactly one promise."""
+    """A store that breaks one promise, and the clauses the kit must fail for it."""
 
     clause: str = ""
+    also: tuple[str, ...] = ()
     story: str = ""
+    anomaly: str = ""
+    """For a concurrency mutant: the anomaly the failure message must name."""
 
     @property
-    def kit_gap(self) -> str:
-        """Why the kit misses this mutant today, or ``""`` when it catches it."""
-        return KIT_GAPS.get(self.name, "")
+    def expected(self) -> tuple[str, ...]:
+        """Every clause the kit must fail: the one broken, then what it breaks too."""
+        return (self.clause, *self.also)
 
 
 CORRECT = (
     Target("BaseStore", "base:BaseStore", ("--tokcap-fence=strict",)),
+    Target("RelaxedFileStore", "relaxed:RelaxedFileStore"),
     Target(
         "MemoryTokenStore",
         "reference.memory_store:MemoryTokenStore",
@@ -75,14 +79,31 @@ CORRECT = (
         kwargs=None,
     ),
     Target("FileTokenStore", "reference.file_store:FileTokenStore", ("--tokcap-fence=strict",)),
+    Target("SqliteStore", "independent:SqliteStore", ("--tokcap-fence=strict",)),
+    Target(
+        "OwnRecordsOnlyStore",
+        "independent:OwnRecordsOnlyStore",
+        ("--tokcap-fence=strict", "--tokcap-entry-class=independent:Record"),
+    ),
+    Target("RelaxedSqliteStore", "independent:RelaxedSqliteStore"),
+    Target("MappingEntriesStore", "independent:MappingEntriesStore", ("--tokcap-fence=strict",)),
 )
-"""Stores that must pass the whole kit with no failed clause."""
+"""Stores that must pass the whole kit with no failed and no blocked clause."""
+
+
+def _zoo_modules() -> list[str]:
+    """Every ``zoo_*`` module that defines mutants (plugins such as ``zoo_fast`` define none)."""
+    return sorted(
+        path.stem
+        for path in HERE.glob("zoo_*.py")
+        if "breaks: ClassVar" in path.read_text(encoding="utf-8")
+    )
 
 
 def mutants() -> list[Mutant]:
-    """Import every zoo module and return its mutants, in module and definition order."""
+    """Import every zoo module and return its mutants, by module and definition order."""
     found = []
-    for module_name in MODULES:
+    for module_name in _zoo_modules():
         module = importlib.import_module(module_name)
         classes = [
             value
@@ -101,7 +122,93 @@ def mutants() -> list[Mutant]:
                     sink=f"{module_name}:{cls.__name__}",
                     flags=tuple(getattr(cls, "flags", ())),
                     clause=cls.breaks,
+                    also=tuple(getattr(cls, "also", ())),
                     story=summary.split(": ", 1)[-1],
+                    anomaly=getattr(cls, "anomaly", ""),
                 )
             )
     return found
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one kit run against one store showed."""
+
+    target: Target
+    exit_code: int
+    seconds: float
+    clauses: dict[str, Any] = field(default_factory=dict)
+    problem: str = ""
+    output: str = ""
+    timelines: tuple[str, ...] = ()
+    """Names of the timeline pictures (SVG in HTML) the run wrote next to its report."""
+
+    def _with(self, outcome: str) -> tuple[str, ...]:
+        return tuple(c for c, e in self.clauses.items() if e["outcome"] == outcome)
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        """The clauses the kit failed, in catalog order."""
+        return self._with("failed")
+
+    @property
+    def blocked(self) -> tuple[str, ...]:
+        """The clauses the kit could not judge because a more basic one failed."""
+        return self._with("blocked")
+
+    @property
+    def exact(self) -> bool:
+        """Whether a mutant run failed, and failed exactly the mutant's declared clauses."""
+        return (
+            isinstance(self.target, Mutant)
+            and self.exit_code == 1
+            and set(self.failed) == set(self.target.expected)
+        )
+
+    @property
+    def caught(self) -> bool:
+        """Whether a mutant run failed with the mutant's own clause among the failures."""
+        return (
+            isinstance(self.target, Mutant)
+            and self.exit_code == 1
+            and self.target.clause in self.failed
+        )
+
+
+def run_kit(target: Target, extra: Sequence[str] = ()) -> Run:
+    """Run the whole kit against ``target`` in a fresh interpreter and directory."""
+    with tempfile.TemporaryDirectory(prefix="tokcap-zoo-") as scratch:
+        report = Path(scratch) / "report.json"
+        environment = dict(os.environ)
+        environment["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(HERE), environment.get("PYTHONPATH")])
+        )
+        environment["TMPDIR"] = scratch
+        command = [sys.executable, "-m", "pytest", "-q", *target.arguments(str(report)), *extra]
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                command,
+                cwd=scratch,
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=RUN_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return Run(target, -1, time.monotonic() - started, problem="timed out")
+        seconds = time.monotonic() - started
+        output = done.stdout + done.stderr
+        if not report.exists():
+            tail = output.strip().splitlines()[-3:]
+            return Run(target, done.returncode, seconds, problem="no report: " + " / ".join(tail))
+        clauses = json.loads(report.read_text(encoding="utf-8"))["clauses"]
+        pictures = tuple(
+            path.name
+            for path in sorted(Path(scratch).glob("*timeline*.html"))
+            if "<svg" in path.read_text(encoding="utf-8")
+        )
+        return Run(
+            target, done.returncode, seconds, clauses, output=output[-4000:], timelines=pictures
+        )

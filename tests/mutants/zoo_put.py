@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import struct
@@ -63,6 +64,33 @@ class GroupCommit(BaseStore):
 
     async def close(self) -> None:
         await self._commit()
+        await super().close()
+
+
+class CommitsInBackgroundTask(BaseStore):
+    """PUT-1: put schedules the write as a task on the event loop and returns at once.
+
+    An async store that "fires and forgets" its write acks before anything is stored; a
+    consumer in another process, or any freeze the loop does not get to first, misses it.
+    """
+
+    breaks: ClassVar[str] = "PUT-1"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._writes: set[asyncio.Task[None]] = set()
+
+    async def put(self, entry: TokenEntry) -> None:
+        task = asyncio.get_running_loop().create_task(self._write(entry))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _write(self, entry: TokenEntry) -> None:
+        await asyncio.sleep(0)
+        await BaseStore.put(self, entry)
+
+    async def close(self) -> None:
+        await asyncio.gather(*self._writes, return_exceptions=True)
         await super().close()
 
 

@@ -2,7 +2,7 @@
 
 Each one is the correct store of ``relaxed`` with one step made wrong in a way real stores get
 wrong. The kit must catch each in at least 19 of 20 runs of the ``ci`` profile; run this file
-(``python tests/mutants/concurrency.py [Mutant ...]``) to measure how often it does.
+(``python tests/mutants/zoo_concurrency.py [Mutant ...]``) to measure how often it does.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class TwoStepFreeze(StrictFileStore):
     """
 
     breaks: ClassVar[str] = "FREEZE-5"
+    anomaly: ClassVar[str] = "lost-ack"
 
     async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
         with self.locked(rollout_id):
@@ -52,6 +53,7 @@ class CountedVersion(RelaxedFileStore):
     """
 
     breaks: ClassVar[str] = "DROP-4"
+    anomaly: ClassVar[str] = "version-stuck"
 
     def bump(self, state: RolloutState) -> None:
         state["version"] = len(state["entries"])
@@ -66,6 +68,7 @@ class DropRacesMark(RelaxedFileStore):
     """
 
     breaks: ClassVar[str] = "FREEZE-5"
+    anomaly: ClassVar[str] = "lost-ack"
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
         with self.locked(rollout_id):
@@ -90,7 +93,8 @@ class LaggingVisibility(RelaxedFileStore):
     """
 
     breaks: ClassVar[str] = "FREEZE-5"
-    lag_seconds = 0.005
+    anomaly: ClassVar[str] = "lost-ack"
+    lag_seconds = 0.05
 
     def __init__(self, root: str) -> None:
         super().__init__(root)
@@ -143,6 +147,7 @@ class UnlockedReadModifyWrite(RelaxedFileStore):
     """
 
     breaks: ClassVar[str] = "SPAWN-4"
+    anomaly: ClassVar[str] = "lost-ack"
 
     async def put(self, entry: TokenEntry) -> None:
         rollout_id = entry.rollout_id
@@ -170,7 +175,7 @@ def _measure(runs: int = 20) -> None:
         started = time.monotonic()
         for seed in range(runs):
             settings = KitSettings(
-                sink=f"concurrency:{name}",
+                sink=f"zoo_concurrency:{name}",
                 sink_kwargs={"root": tempfile.mkdtemp()},
                 seed=seed,
             )
