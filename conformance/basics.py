@@ -13,6 +13,8 @@ The outcome is computed once per run and process: the basics do not depend on th
 from __future__ import annotations
 
 import asyncio
+import importlib
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -27,14 +29,14 @@ from conformance.checks._steps import (
     sent,
     state,
 )
-from conformance.context import Kit, build_endpoint, unexpected_error
+from conformance.context import Endpoint, Kit, build_endpoint, unexpected_error
 from conformance.reading import SnapshotView, Unreadable, read_snapshot
 from conformance.settings import KitSettings
 from conformance.violation import ClauseViolation, fail
 from tokcap_spec.errors import EndpointError
 from tokcap_spec.protocols import TokenSink, TokenSource, protocol_problems
 
-__all__ = ["first_broken", "freeze_elsewhere"]
+__all__ = ["construct", "first_broken", "freeze_elsewhere"]
 
 _ELSEWHERE_SECONDS = 60.0
 _VISIBILITY_ATTEMPTS = 3
@@ -77,6 +79,43 @@ def _first_broken(kit: Kit) -> ClauseViolation | None:
     return None
 
 
+def construct(target: str, kwargs: dict[str, Any]) -> Any:
+    """Build ``module:Class`` with ``kwargs`` and nothing else: no check of the protocol."""
+    module, _, name = target.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found(**kwargs)
+
+
+def _shapes(kit: Kit) -> None:
+    """SHAPE-1 and SHAPE-2: the protocol methods are coroutine functions; drop takes keywords."""
+    settings = kit.settings
+    for target, kwargs, protocol in (
+        (settings.sink, settings.sink_kwargs, TokenSink),
+        (settings.source, settings.source_kwargs, TokenSource),
+    ):
+        try:
+            built = construct(target, dict(kwargs))
+        except Exception:
+            return  # Construction is BUILD-1's to judge, next.
+        try:
+            problems = protocol_problems(built, protocol)
+            if problems:
+                fail(
+                    "SHAPE-1",
+                    expected=f"a {protocol.__name__} with async methods",
+                    observed="; ".join(problems),
+                    hint="declare the protocol methods with 'async def'",
+                )
+            if protocol is TokenSource:
+                expect_drop_shape(Endpoint(kit, built, "source"))
+        finally:
+            closing = getattr(built, "close", None)
+            if callable(closing) and inspect.iscoroutinefunction(closing):
+                kit.run(closing())
+
+
 def _builds(kit: Kit) -> None:
     """BUILD-1: the sink and the source build from the target string and kwargs."""
     for build in (kit.sink, kit.source):
@@ -84,20 +123,6 @@ def _builds(kit: Kit) -> None:
             build()
         except EndpointError as exc:
             raise unexpected_error("BUILD-1", "building the target", exc, kit) from None
-
-
-def _shapes(kit: Kit) -> None:
-    """SHAPE-1 and SHAPE-2: the protocol methods are coroutine functions; drop takes keywords."""
-    for endpoint, protocol in ((kit.sink(), TokenSink), (kit.source(), TokenSource)):
-        problems = protocol_problems(endpoint.raw, protocol)
-        if problems:
-            fail(
-                "SHAPE-1",
-                expected=f"a {protocol.__name__} with async methods",
-                observed="; ".join(problems),
-                hint="declare the protocol methods with 'async def'",
-            )
-    expect_drop_shape(kit.source())
 
 
 def _plain_cycle(kit: Kit) -> None:
@@ -167,7 +192,7 @@ def _plain_cycle(kit: Kit) -> None:
         )
 
 
-_BASICS: tuple[Callable[[Kit], None], ...] = (_builds, _shapes, _plain_cycle)
+_BASICS: tuple[Callable[[Kit], None], ...] = (_shapes, _builds, _plain_cycle)
 
 
 def freeze_elsewhere(kit: Kit, rollout: str) -> SnapshotView | BaseException:

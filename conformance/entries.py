@@ -163,8 +163,8 @@ class EntryFactory:
         count = len(fields["generation_token_ids"])
         values = [-rng.expovariate(2.0) for _ in range(count)]
         if count >= 2:
-            values[rng.randrange(count)] = float("-inf")
-            values[rng.randrange(count)] = -0.0
+            where = rng.randrange(count)
+            values[where], values[(where + 1) % count] = float("-inf"), -0.0
         prompt = fields["prompt_token_ids"]
         if len(prompt) >= 2:
             prompt[0], prompt[-1] = 0, 2**31 - 1

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
+from conformance.basics import construct
 from conformance.checks._steps import (
     describe,
     expect_drop_shape,
@@ -12,35 +16,43 @@ from conformance.checks._steps import (
     reread,
     state,
 )
-from conformance.context import Endpoint, Kit
+from conformance.context import Kit
 from conformance.registry import check
 from conformance.violation import fail
 from tokcap_spec.protocols import TokenSink, TokenSource, protocol_methods, protocol_problems
 
 
-def _expect_protocol(endpoint: Endpoint, protocol: type) -> None:
-    methods = protocol_methods(protocol)
-    problems = protocol_problems(endpoint.raw, protocol)
-    if problems or not isinstance(endpoint.raw, protocol):
-        fail(
-            "SHAPE-1",
-            expected=f"a {protocol.__name__}: async {', '.join(methods)}",
-            observed="; ".join(problems)
-            or f"isinstance({endpoint.role}, {protocol.__name__}) is False",
-            hint=f"declare the three methods with 'async def' on the {endpoint.role} class",
-        )
+def _expect_protocol(
+    kit: Kit, target: str, kwargs: dict[str, Any], protocol: type, role: str
+) -> None:
+    built = construct(target, kwargs)
+    try:
+        methods = protocol_methods(protocol)
+        problems = protocol_problems(built, protocol)
+        if problems or not isinstance(built, protocol):
+            fail(
+                "SHAPE-1",
+                expected=f"a {protocol.__name__}: async {', '.join(methods)}",
+                observed="; ".join(problems) or f"isinstance({role}, {protocol.__name__}) is False",
+                hint=f"declare the three methods with 'async def' on the {role} class",
+            )
+    finally:
+        closing = getattr(built, "close", None)
+        if inspect.iscoroutinefunction(closing):
+            kit.run(closing())
 
 
 @check("SHAPE-1", "sink-protocol")
 def sink_protocol(kit: Kit) -> None:
     """The sink has put, mark_incomplete and close as coroutine functions."""
-    _expect_protocol(kit.sink(), TokenSink)
+    _expect_protocol(kit, kit.settings.sink, dict(kit.settings.sink_kwargs), TokenSink, "sink")
 
 
 @check("SHAPE-1", "source-protocol")
 def source_protocol(kit: Kit) -> None:
     """The source has freeze, drop and close as coroutine functions."""
-    _expect_protocol(kit.source(), TokenSource)
+    settings = kit.settings
+    _expect_protocol(kit, settings.source, dict(settings.source_kwargs), TokenSource, "source")
 
 
 @check("SHAPE-2", "drop-keywords")
