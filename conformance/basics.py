@@ -26,13 +26,16 @@ from conformance.checks._steps import (
     freeze,
     mark,
     put,
+    raises,
     sent,
     state,
 )
 from conformance.context import Endpoint, Kit, build_endpoint, unexpected_error
-from conformance.reading import SnapshotView, Unreadable, read_snapshot
+from conformance.entries import ODD_CALL_IDS
+from conformance.reading import SnapshotView, Unreadable, entry_view, read_snapshot
 from conformance.settings import KitSettings
 from conformance.violation import ClauseViolation, fail
+from conformance.workers import Operation, WorkerPlan, run_workers
 from tokcap_spec.errors import EndpointError
 from tokcap_spec.protocols import TokenSink, TokenSource, protocol_problems
 
@@ -125,74 +128,332 @@ def _builds(kit: Kit) -> None:
             raise unexpected_error("BUILD-1", "building the target", exc, kit) from None
 
 
-def _plain_cycle(kit: Kit) -> None:
-    """PUT-1, FREEZE-1, PUT-2, FREEZE-3, FREEZE-2, DROP-1, MASK-1 on plain entries, in order."""
+def _expect(clause: str, holds: bool, expected: str, observed: str, hint: str) -> None:
+    __tracebackhide__ = True
+    if not holds:
+        fail(clause, expected=expected, observed=observed, hint=hint)
+
+
+def _visible_on_return(kit: Kit) -> None:
+    """PUT-1 and FREEZE-1: a plain put is visible to a fresh source at once; snapshots read."""
     sink = kit.sink()
-    rollouts = [kit.rollout_id("basic") for _ in range(_VISIBILITY_ATTEMPTS)]
-    entries = [kit.entries.entry(rollout) for rollout in rollouts]
-    for rollout, entry in zip(rollouts, entries, strict=True):
-        put(kit, "PUT-1", sink, entry)
+    for _ in range(_VISIBILITY_ATTEMPTS):
+        rollout = kit.rollout_id("basic")
+        put(kit, "PUT-1", sink, kit.entries.entry(rollout))
         seen = freeze_elsewhere(kit, rollout)
         if isinstance(seen, Unreadable):
             raise seen
-        if not isinstance(seen, SnapshotView) or not seen.entries:
-            fail(
-                "PUT-1",
-                expected="a plain entry visible to a fresh source as soon as put returned",
-                observed=describe(seen)
-                if isinstance(seen, SnapshotView)
-                else kit.redact(f"the fresh source's freeze raised {type(seen).__name__}: {seen}"),
-                hint="ack a put only once the write is durable and visible",
-            )
-    rollout, entry = rollouts[0], entries[0]
-    source = kit.source()
+        _expect(
+            "PUT-1",
+            isinstance(seen, SnapshotView) and bool(seen.entries),
+            "a plain entry visible to a fresh source as soon as put returned",
+            describe(seen)
+            if isinstance(seen, SnapshotView)
+            else kit.redact(f"the fresh source's freeze raised {type(seen).__name__}: {seen}"),
+            "ack a put only once the write is durable and visible",
+        )
+
+
+def _one_rollout(kit: Kit) -> None:
+    """FREEZE-3, PUT-2, FREEZE-2, FREEZE-4, PUT-3 on plain entries of one rollout."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id("basic")
+    entry = kit.entries.entry(rollout)
+    put(kit, "PUT-1", sink, entry)
     first = freeze(kit, "FREEZE-1", source, rollout)
-    if len(first.entries) != 1:
-        fail(
-            "FREEZE-3",
-            expected="one entry for one put",
-            observed=describe(first),
-            hint="key entries by model_call_id",
-        )
-    if first.payloads() != sent([entry]):
-        fail(
-            "PUT-2",
-            expected="a plain entry (ASCII, float32-exact log probs) to freeze back unchanged",
-            observed=describe(first),
-            hint="store every field of the record as given",
-        )
-    for again in (
+    _expect(
+        "FREEZE-3",
+        len(first.entries) == 1,
+        "one entry for one put",
+        describe(first),
+        "key entries by model_call_id",
+    )
+    _expect(
+        "PUT-2",
+        first.payloads() == sent([entry]),
+        "a plain entry (ASCII, float32-exact log probs) to freeze back unchanged",
+        describe(first),
+        "store every field of the record as given",
+    )
+    for repeat in (
         freeze(kit, "FREEZE-2", source, rollout),
         freeze(kit, "FREEZE-2", kit.source(), rollout),
     ):
-        if state(again) != state(first):
-            fail(
-                "FREEZE-2",
-                expected=f"the same snapshot again: {describe(first)}",
-                observed=describe(again),
-                hint="a freeze with no write in between returns the same snapshot_id and version",
-            )
-    if not drop(kit, "DROP-1", kit.source(), rollout, first.snapshot_id, first.version):
-        fail(
-            "DROP-1",
-            expected="drop of the exact current snapshot to return True",
-            observed=f"False for {describe(first)}",
-            hint="compare the stored frozen snapshot_id and version, from any instance",
+        _expect(
+            "FREEZE-2",
+            state(repeat) == state(first),
+            f"the same snapshot: {describe(first)}",
+            describe(repeat),
+            "a freeze with no write in between mints nothing new",
         )
-    marked = kit.rollout_id("basic-mark")
-    put(kit, "PUT-1", sink, kit.entries.entry(marked))
-    mark(kit, "MASK-1", kit.sink(), marked, "basic")
-    after = freeze(kit, "MASK-1", kit.source(), marked)
-    if not after.incomplete:
-        fail(
-            "MASK-1",
-            expected="a fresh source to see the mark: incomplete=True",
-            observed=describe(after),
-            hint="mark_incomplete must be durable and visible before it returns",
+    empty = freeze(kit, "FREEZE-4", source, kit.rollout_id("never"))
+    _expect(
+        "FREEZE-4",
+        not empty.entries and not empty.incomplete,
+        "a rollout never written to freeze empty and clean",
+        describe(empty),
+        "an unknown rollout is empty and clean, not an error",
+    )
+    again = kit.rollout_id("reput")
+    twice = kit.entries.entry(again)
+    put(kit, "PUT-3", sink, twice)
+    put(kit, "PUT-3", kit.sink(), twice)
+    frozen = freeze(kit, "PUT-3", source, again)
+    _expect(
+        "PUT-3",
+        len(frozen.entries) == 1 and not frozen.incomplete,
+        "one clean entry after an identical re-put",
+        describe(frozen),
+        "an identical re-put is a no-op",
+    )
+    raises(kit.sink().put, twice)
+    _expect(
+        "PUT-3",
+        state(freeze(kit, "PUT-3", kit.source(), again)) == state(frozen),
+        "an identical re-put after freeze to change nothing",
+        describe(frozen),
+        "after freeze an identical re-put may raise, but never moves the version",
+    )
+
+
+def _isolation(kit: Kit) -> None:
+    """PUT-5 and PUT-6: look-alike rollouts stay apart; odd ASCII call ids come back exactly."""
+    sink, source = kit.sink(), kit.source()
+    base = kit.rollout_id("Iso")
+    ids = [f"{base}.a", f"{base}_a", f"{base}.A"]
+    entries = [kit.entries.entry(rollout) for rollout in ids]
+    for entry in entries:
+        put(kit, "PUT-5", sink, entry)
+    first = freeze(kit, "PUT-5", source, ids[0])
+    put(kit, "PUT-5", sink, kit.entries.entry(f"{base}-a"))
+    for rollout, entry in zip(ids, entries, strict=True):
+        view = freeze(kit, "PUT-5", source, rollout)
+        _expect(
+            "PUT-5",
+            view.payloads() == sent([entry]),
+            f"{rollout!r} to hold only its own entry",
+            describe(view),
+            "key storage by the exact rollout id",
+        )
+    _expect(
+        "PUT-5",
+        state(freeze(kit, "PUT-5", source, ids[0])) == state(first),
+        "writes to other rollouts to leave this one's snapshot as it was",
+        describe(first),
+        "keep one version per rollout",
+    )
+    rollout = kit.rollout_id("calls")
+    odd = [
+        kit.entries.entry(rollout, call, prompt_len=4, generation_len=2)
+        for call in ODD_CALL_IDS
+        if call.isascii()
+    ]
+    for entry in odd:
+        put(kit, "PUT-6", sink, entry)
+    view = freeze(kit, "PUT-6", source, rollout)
+    _expect(
+        "PUT-6",
+        view.payloads() == sent(odd),
+        "odd call ids to come back exactly",
+        describe(view),
+        "never split, cut or normalize call ids",
+    )
+
+
+def _retire(kit: Kit) -> None:
+    """DROP-3, DROP-1, FENCE-2, FENCE-1: refused drops destroy nothing; exact ones retire."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id("basic")
+    entry = kit.entries.entry(rollout)
+    put(kit, "PUT-1", sink, entry)
+    first = freeze(kit, "FREEZE-1", source, rollout)
+    _expect(
+        "DROP-2",
+        not drop(kit, "DROP-2", source, rollout, first.snapshot_id, first.version + 1),
+        "drop of a wrong version to return False",
+        "True",
+        "retire only the exact current snapshot",
+    )
+    _expect(
+        "DROP-3",
+        state(freeze(kit, "DROP-3", kit.source(), rollout)) == state(first),
+        "a refused drop to destroy nothing",
+        describe(first),
+        "a refused drop must not delete, unfreeze or re-version anything",
+    )
+    _expect(
+        "DROP-1",
+        drop(kit, "DROP-1", kit.source(), rollout, first.snapshot_id, first.version),
+        "drop of the exact current snapshot to return True",
+        f"False for {describe(first)}",
+        "compare the stored frozen snapshot_id and version, from any instance",
+    )
+    _expect(
+        "FENCE-2",
+        raises(kit.sink().put, kit.entries.entry(rollout)) is not None,
+        "a put after drop to raise",
+        "it was acked",
+        "keep a tombstone for dropped rollouts",
+    )
+    late = kit.rollout_id("late")
+    put(kit, "PUT-1", sink, kit.entries.entry(late))
+    before = freeze(kit, "FREEZE-1", source, late)
+    extra = kit.entries.entry(late)
+    if raises(kit.sink().put, extra) is None:
+        after = freeze(kit, "FENCE-1", kit.source(), late)
+        _expect(
+            "FENCE-1",
+            after.version != before.version and len(after.entries) == 2,
+            "a put after freeze to raise, or to be kept under a new version",
+            f"before: {describe(before)}; after: {describe(after)}",
+            "a relaxed fence bumps the version on every accepted write",
         )
 
 
-_BASICS: tuple[Callable[[Kit], None], ...] = (_shapes, _builds, _plain_cycle)
+def _masking(kit: Kit) -> None:
+    """MASK-1, MASK-5, MASK-2, MASK-3: a mark is seen, keeps the entries, sticks, moves versions."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id("mask")
+    entry = kit.entries.entry(rollout)
+    put(kit, "PUT-1", sink, entry)
+    mark(kit, "MASK-1", kit.sink(), rollout, "basic")
+    seen = freeze(kit, "MASK-1", kit.source(), rollout)
+    _expect(
+        "MASK-1",
+        seen.incomplete,
+        "a fresh source to see the mark: incomplete=True",
+        describe(seen),
+        "mark_incomplete must be durable and visible before it returns",
+    )
+    _expect(
+        "MASK-5",
+        seen.payloads() == sent([entry]),
+        "the masked rollout to keep its entry",
+        describe(seen),
+        "masking keeps the evidence",
+    )
+    mark(kit, "MASK-2", sink, rollout, "again")
+    for _ in range(2):
+        again = freeze(kit, "MASK-2", source, rollout)
+        _expect(
+            "MASK-2",
+            again.incomplete,
+            "incomplete to stick over re-marks and freezes",
+            describe(again),
+            "never clear the incomplete flag",
+        )
+    _expect(
+        "MASK-5",
+        drop(kit, "MASK-5", source, rollout, again.snapshot_id, again.version),
+        "a masked snapshot to drop with its exact id and version",
+        "False",
+        "a masked rollout is retired like any other",
+    )
+    later = kit.rollout_id("mask-late")
+    put(kit, "PUT-1", sink, kit.entries.entry(later))
+    mark(kit, "MASK-2", sink, later, "first")
+    put(kit, "MASK-2", sink, kit.entries.entry(later))
+    before = freeze(kit, "MASK-2", source, later)
+    _expect(
+        "MASK-2",
+        before.incomplete,
+        "a put after a mark to leave it incomplete",
+        describe(before),
+        "never clear the incomplete flag on a put",
+    )
+    fresh = kit.rollout_id("mask-frozen")
+    put(kit, "PUT-1", sink, kit.entries.entry(fresh))
+    clean = freeze(kit, "FREEZE-1", source, fresh)
+    mark(kit, "MASK-3", kit.sink(), fresh, "after-freeze")
+    after = freeze(kit, "MASK-3", kit.source(), fresh)
+    _expect(
+        "MASK-3",
+        after.incomplete and after.version != clean.version,
+        "a mark after freeze to show under a new version",
+        f"before: {describe(clean)}; after: {describe(after)}",
+        "a mark is a state change: bump the version",
+    )
+
+
+def _closing(kit: Kit) -> None:
+    """CLOSE-2: what was acked before close, a mark included, is there after it."""
+    sink = kit.sink()
+    rollout = kit.rollout_id("close")
+    entry = kit.entries.entry(rollout)
+    put(kit, "PUT-1", sink, entry)
+    mark(kit, "MASK-1", sink, rollout, "closing")
+    kit.run(sink.raw.close())
+    after = freeze(kit, "CLOSE-2", kit.source(), rollout)
+    _expect(
+        "CLOSE-2",
+        after.incomplete and after.payloads() == sent([entry]),
+        "the entry and the mark acked before close to be there after it",
+        describe(after),
+        "every ack must already be durable when close runs",
+    )
+
+
+def _spawned(kit: Kit) -> None:
+    """SPAWN-1, SPAWN-2, SPAWN-3, MASK-1: workers build, together too, and are seen here."""
+    if kit.claims("process-local"):
+        return
+    settings = kit.settings
+    rollout = kit.rollout_id("spawned")
+    marked = kit.rollout_id("spawned-mark")
+    entry = kit.entries.entry(rollout)
+    plan = WorkerPlan(
+        settings.sink,
+        dict(settings.sink_kwargs),
+        (
+            Operation("put", entry_view(entry).payload),
+            Operation("mark", rollout_id=marked, model_call_id="worker"),
+        ),
+        entry_class=settings.entry_class,
+    )
+    (outcome,) = run_workers([plan], together=False)
+    _expect(
+        "SPAWN-1",
+        outcome.stage == "ok",
+        "a sink built in a spawned worker to ack a put",
+        kit.redact(f"{outcome.stage}: {outcome.error}"),
+        "build from the target string and kwargs alone",
+    )
+    pair = run_workers([WorkerPlan(settings.sink, dict(settings.sink_kwargs))] * 2, together=True)
+    _expect(
+        "SPAWN-2",
+        all(o.stage == "ok" for o in pair),
+        "two workers constructing at the same moment to succeed",
+        kit.redact("; ".join(f"{o.stage}: {o.error}" for o in pair)),
+        "construction must not race on first-run setup",
+    )
+    view = freeze(kit, "SPAWN-3", kit.source(), rollout)
+    _expect(
+        "SPAWN-3",
+        view.payloads() == sent([entry]),
+        "the worker's acked entry visible here",
+        describe(view),
+        "store records where every process reads them",
+    )
+    _expect(
+        "MASK-1",
+        freeze(kit, "MASK-1", kit.source(), marked).incomplete,
+        "the worker's mark visible here",
+        "incomplete=False",
+        "keep marks where every process reads them",
+    )
+
+
+_BASICS: tuple[Callable[[Kit], None], ...] = (
+    _shapes,
+    _builds,
+    _visible_on_return,
+    _one_rollout,
+    _isolation,
+    _retire,
+    _masking,
+    _closing,
+    _spawned,
+)
 
 
 def freeze_elsewhere(kit: Kit, rollout: str) -> SnapshotView | BaseException:

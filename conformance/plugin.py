@@ -223,6 +223,9 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]
         return
     verdicts = config.stash[VERDICTS_KEY]
     settings = config.stash[SETTINGS_KEY]
+    if verdicts.summary()["failed"] and session.exitstatus == pytest.ExitCode.OK:
+        # A clause can fail only through the evidence a blocked check carried.
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if settings.report is not None:
         verdicts.write_json(settings.report)
     if settings.report_md is not None:

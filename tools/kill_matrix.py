@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -111,9 +111,7 @@ def render(runs: list[Run], controls: list[Run], clauses: list[str], wall: float
     for clause in clauses:
         killers = [r.target.name for r in runs if r.exact and r.target.clause == clause]
         others = [
-            r.target.name
-            for r in runs
-            if isinstance(r.target, Mutant) and clause in r.target.also
+            r.target.name for r in runs if isinstance(r.target, Mutant) and clause in r.target.also
         ]
         lines.append(
             f"| {clause} | {', '.join(killers) or '**none**'} | {', '.join(others) or ''} |"
@@ -135,17 +133,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         targets = [target for target in targets if target.name in options.only]
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
-        finished = list(pool.map(lambda target: run_kit(target, options.kit_arg), targets))
+        futures = [pool.submit(run_kit, target, options.kit_arg) for target in targets]
+        for future in as_completed(futures):
+            run = future.result()
+            state = "exact" if run.exact else ("passed" if not run.failed else "failed")
+            print(
+                f"{run.target.name:32} {state:7} {run.seconds:6.1f}s failed: "
+                f"{', '.join(run.failed)} blocked: {', '.join(run.blocked)} {run.problem}",
+                flush=True,
+            )
+        finished = [future.result() for future in futures]
     wall = time.monotonic() - started
     controls = [run for run in finished if not isinstance(run.target, Mutant)]
     runs = [run for run in finished if isinstance(run.target, Mutant)]
-    for run in finished:
-        state = "exact" if run.exact else ("passed" if not run.failed else "failed")
-        print(
-            f"{run.target.name:32} {state:7} {run.seconds:6.1f}s failed: {', '.join(run.failed)}"
-            f" blocked: {', '.join(run.blocked)} {run.problem}",
-            flush=True,
-        )
     clauses = kit_clauses()
     inexact = [run.target.name for run in runs if not run.exact]
     broken_controls = [

@@ -85,8 +85,10 @@ def _judge(kit: Kit, clause: str, events: list[Event], problems: list[str], plan
         return
     picture = write_timeline(_picture_path(kit), events, verdict, f"{kit.check_id} history")
     first = verdict.anomalies[0]
+    # Losing or mixing writes under concurrency is this check's own clause, whichever it is.
+    blamed = clause if first.clause in _CONCURRENCY else first.clause
     fail(
-        first.clause,
+        blamed,
         expected=f"a history some sequential order of the contract explains ({clause})",
         observed=kit.redact(
             f"anomalies: {', '.join(verdict.names)}\n"
@@ -96,6 +98,8 @@ def _judge(kit: Kit, clause: str, events: list[Event], problems: list[str], plan
         hint=_HINTS.get(first.name, "see the witness: these operations admit no legal order"),
     )
 
+
+_CONCURRENCY = ("FREEZE-5", "SPAWN-4")
 
 _HINTS = {
     "lost-ack": "an acked write must be visible to every freeze that starts after it returns, "

@@ -67,13 +67,13 @@ def sticky(kit: Kit) -> None:
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
     put(kit, "MASK-2", sink, entry)
-    mark(kit, "MASK-2", sink, rollout)
+    mark(kit, "MASK-2", sink, rollout, "failed-call")
     put(kit, "MASK-2", sink, kit.entries.entry(rollout))
     put(kit, "MASK-2", sink, entry)
     _expect_incomplete(
         kit, "MASK-2", rollout, "after later puts", "never clear the incomplete flag on a put"
     )
-    mark(kit, "MASK-2", sink, rollout)
+    mark(kit, "MASK-2", sink, rollout, "failed-again")
     raises(sink.put, entry)
     _expect_incomplete(
         kit,

@@ -17,6 +17,7 @@ from conformance.checks._steps import (
     state,
 )
 from conformance.context import Kit
+from conformance.reading import Unreadable, read_snapshot
 from conformance.registry import check
 from conformance.violation import fail
 from tokcap_spec.protocols import TokenSink, TokenSource, protocol_methods, protocol_problems
@@ -53,6 +54,24 @@ def source_protocol(kit: Kit) -> None:
     """The source has freeze, drop and close as coroutine functions."""
     settings = kit.settings
     _expect_protocol(kit, settings.source, dict(settings.source_kwargs), TokenSource, "source")
+
+
+@check("SHAPE-1", "snapshot-attributes")
+def snapshot_attributes(kit: Kit) -> None:
+    """A snapshot exposes rollout_id, entries, incomplete, snapshot_id and version."""
+    rollout = kit.rollout_id()
+    put(kit, "SHAPE-1", kit.sink(), kit.entries.entry(rollout))
+    try:
+        read_snapshot(kit.run(kit.source().raw.freeze(rollout)))
+    except Unreadable as problem:
+        if problem.clause == "SHAPE-1":
+            fail(
+                "SHAPE-1",
+                expected="a snapshot with the five attributes, entries carrying the record's "
+                "fields",
+                observed=kit.redact(str(problem)),
+                hint="return a TokenCaptureSnapshot, or any object with those five attributes",
+            )
 
 
 @check("SHAPE-2", "drop-keywords")

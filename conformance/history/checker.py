@@ -171,7 +171,10 @@ def _lost_acks(events: list[Event]) -> list[Anomaly]:
                 continue
             if write.kind == "put" and write.call_id not in calls:
                 reason = f"put of call {write.call_id!r} was acked before a freeze that lacks it"
-                return [Anomaly("lost-ack", "FREEZE-5", write.rollout_id, reason, (write, freeze))]
+                # Acked once the rollout was frozen: a relaxed fence must keep it (FENCE-1).
+                late = any(f.precedes(write) for f in freezes if f.outcome == "ok")
+                clause = "FENCE-1" if late else "FREEZE-5"
+                return [Anomaly("lost-ack", clause, write.rollout_id, reason, (write, freeze))]
             if write.kind == "mark" and not freeze.incomplete:
                 reason = "mark_incomplete was acked before a freeze that says incomplete=False"
                 clause = "MASK-2" if _cleared(write, freeze, events) else "MASK-1"

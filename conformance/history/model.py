@@ -232,6 +232,7 @@ def _freeze(rules: Rules, state: RolloutState, event: Event, outcome: str) -> St
         return (), wrong
     if state.dropped:
         return _ok(state)
+    state = replace(state, after_refused_drop=False)
     dangling = bool(state.intents - {call for call, _ in state.entries})
     masked = replace(state, incomplete=True) if dangling else state
     pair = event.result

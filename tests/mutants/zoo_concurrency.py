@@ -47,13 +47,12 @@ class TwoStepFreeze(StrictFileStore):
 
 
 class CountedVersion(RelaxedFileStore):
-    """Computes the version from the entry count, so a mark does not move it (DROP-4).
+    """Computes the version from the entry count, so a mark does not move it (MASK-3).
 
     A snapshot taken before a mark still drops, and the mark's evidence goes with it.
     """
 
-    breaks: ClassVar[str] = "DROP-4"
-    anomaly: ClassVar[str] = "version-stuck"
+    breaks: ClassVar[str] = "MASK-3"
 
     def bump(self, state: RolloutState) -> None:
         state["version"] = len(state["entries"])
@@ -86,14 +85,13 @@ class DropRacesMark(RelaxedFileStore):
 
 
 class LaggingVisibility(RelaxedFileStore):
-    """Acks a put at once and writes it from a background thread a few milliseconds later.
+    """PUT-1: acks a put at once and writes it from a background thread a moment later.
 
     Close waits for the backlog, so nothing is lost in the end; but a freeze that starts after
-    the ack may not see the entry (PUT-1, FREEZE-5).
+    the ack may not see the entry.
     """
 
-    breaks: ClassVar[str] = "FREEZE-5"
-    anomaly: ClassVar[str] = "lost-ack"
+    breaks: ClassVar[str] = "PUT-1"
     lag_seconds = 0.05
 
     def __init__(self, root: str) -> None:
@@ -147,6 +145,7 @@ class UnlockedReadModifyWrite(RelaxedFileStore):
     """
 
     breaks: ClassVar[str] = "SPAWN-4"
+    also: ClassVar[tuple[str, ...]] = ("FREEZE-5",)
     anomaly: ClassVar[str] = "lost-ack"
 
     async def put(self, entry: TokenEntry) -> None:

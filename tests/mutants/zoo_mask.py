@@ -171,6 +171,7 @@ class ConflictKeptFirst(BaseStore):
     """
 
     breaks: ClassVar[str] = "MASK-4"
+    also: ClassVar[tuple[str, ...]] = ("PUT-4",)
 
     def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
         if call in state.entries and not state.retired:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from base import BaseStore, RolloutState
 
-from tokcap_spec.errors import ConflictingEntryError, RolloutFrozenError
+from tokcap_spec.errors import ConflictingEntryError
 from tokcap_spec.records import TokenEntry
 
 
@@ -168,6 +168,7 @@ class ReplacesUnicode(BaseStore):
     """
 
     breaks: ClassVar[str] = "PUT-2"
+    also: ClassVar[tuple[str, ...]] = ("PUT-6",)
 
     def encode(self, entry: TokenEntry) -> str:
         text = json.dumps(entry.model_dump(), sort_keys=True, ensure_ascii=False, allow_nan=True)
@@ -236,18 +237,19 @@ class ReputIsConflict(BaseStore):
         super().apply_put(rollout_id, state, call, payload)
 
 
-class FenceBeforeDedupe(BaseStore):
-    """PUT-3: after freeze, an identical re-put raises RolloutFrozenError instead of being a no-op.
+class ReputAfterFreezeMovesVersion(BaseStore):
+    """PUT-3: after freeze, an identical re-put is accepted and moves the version.
 
-    The fence is checked before the payload comparison, so a client's retry that arrives
-    after the consumer froze the rollout fails although it changes nothing.
+    A store that counts every accepted write as a state change, identical or not, leaves the
+    consumer's snapshot stale: the retry of a producer that changed nothing blocks the drop.
     """
 
     breaks: ClassVar[str] = "PUT-3"
 
     def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
-        if state.frozen and not state.retired:
-            raise RolloutFrozenError(f"rollout {rollout_id!r} is frozen; refusing {call!r}")
+        if state.frozen and not state.retired and state.entries.get(call) == payload:
+            state.version += 1
+            return
         super().apply_put(rollout_id, state, call, payload)
 
 
@@ -259,6 +261,7 @@ class LastWriterWins(BaseStore):
     """
 
     breaks: ClassVar[str] = "PUT-4"
+    also: ClassVar[tuple[str, ...]] = ("MASK-4",)
 
     def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
         known = state.entries.get(call)

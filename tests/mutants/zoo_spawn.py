@@ -141,6 +141,7 @@ class UnlockedWrites(BaseStore):
     """
 
     breaks: ClassVar[str] = "SPAWN-4"
+    also: ClassVar[tuple[str, ...]] = ("FREEZE-5",)
 
     @contextlib.contextmanager
     def transaction(self, rollout_id: str) -> Iterator[RolloutState]:
