@@ -21,7 +21,14 @@ from redis.exceptions import NoScriptError
 
 from reference._redis_scripts import Script
 
-__all__ = ["Client", "ClientOptions", "is_cluster_node", "node_config", "open_client", "run_script"]
+__all__ = [
+    "Client",
+    "ClientOptions",
+    "is_cluster_node",
+    "node_config",
+    "open_client",
+    "run_script",
+]
 
 Client = aioredis.Redis | RedisCluster
 

@@ -17,7 +17,10 @@ identical re-put is a no-op anyway.
 
 Loss is detected. The meta hash counts the entries and intents ever stored (``acked``,
 ``announced``) from the moment its epoch is minted (``counted``). A freeze that finds fewer
-(an evicting server deleted a key) marks the rollout incomplete. A freeze of a rollout already
+(an evicting server deleted a key) marks the rollout incomplete. On a server whose policy may
+evict (the client says so in the last argument of every script), a meta hash minted after the
+server evicted any key starts incomplete: a rollout that lost every key cannot be told apart
+from one never written. A freeze of a rollout already
 frozen, with nothing lost, only reads, so it works on a server that is out of memory.
 """
 
@@ -75,9 +78,17 @@ _PRELUDE = """
 local meta, entries, intents = KEYS[1], KEYS[2], KEYS[3]
 local function retired() return redis.call('HGET', meta, 'retired') == '1' end
 local function frozen() return redis.call('HGET', meta, 'frozen') == '1' end
+-- The last argument is '1' when the server's policy may evict keys. A rollout without a meta
+-- hash on a server that has evicted keys may have lost every key, so it starts incomplete.
+local function suspect()
+  if ARGV[#ARGV] ~= '1' then return false end
+  local evicted = string.match(redis.call('INFO', 'stats'), 'evicted_keys:(%d+)')
+  return evicted ~= nil and tonumber(evicted) > 0
+end
 local function mint(epoch)
   if redis.call('HSETNX', meta, 'epoch', epoch) == 1 then
     redis.call('HSET', meta, 'counted', '1')
+    if suspect() then redis.call('HSET', meta, 'incomplete', '1') end
   end
 end
 local function bump(epoch)

@@ -172,6 +172,7 @@ class RedisTokenStore:
         self._ttl = "" if ttl is None else str(_whole("tombstone_ttl_seconds", ttl, minimum=1))
         self._options = ClientOptions(url, self.socket_timeout, self.retries)
         self._durability: str | None = None
+        self._evicting = False
         # redis.asyncio connections belong to the loop that opened them.
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Client] = (
             weakref.WeakKeyDictionary()
@@ -234,6 +235,7 @@ class RedisTokenStore:
                 "losing entries, which freeze then reports as incomplete"
             )
         self._durability = verdict.durability
+        self._evicting = bool(verdict.evicting)
         if verdict.durability != "aof-always" and (self._shown.text, verdict.durability) not in (
             _warned
         ):
@@ -269,6 +271,8 @@ class RedisTokenStore:
         self, script: Script, keys: Sequence[str], args: Sequence[str | bytes]
     ) -> Any:
         client = await self._client()
+        # Every script reads its last argument as "the server's policy may evict keys".
+        args = [*args, "1" if self._evicting else ""]
         if not self.wait_replicas:
             return await run_script(client, script, keys, args)
         assert isinstance(client, aioredis.Redis)

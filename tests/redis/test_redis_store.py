@@ -111,7 +111,15 @@ class TestConstruction:
 
     @pytest.mark.parametrize(
         ("kwarg", "value"),
-        [("wait_replicas", -1), ("wait_replicas", True), ("retries", 1.5), ("socket_timeout", 0)],
+        [
+            ("wait_replicas", -1),
+            ("wait_replicas", True),
+            ("retries", 1.5),
+            ("socket_timeout", 0),
+            ("call_timeout", float("inf")),
+            ("cluster", "yes"),
+            ("allow_eviction", None),
+        ],
     )
     def test_refuses_bad_numbers_naming_the_kwarg(self, kwarg: str, value: object) -> None:
         """A numeric kwarg of the wrong type or range is refused with its name and value."""
