@@ -74,6 +74,26 @@ class TestOnACluster:
         assert all(counts), f"expected tombstones on every master, got {counts}"
         assert sum(counts) == ROLLOUTS
 
+    def test_reads_the_settings_of_every_primary(self, redis_cluster: RedisClusterNodes) -> None:
+        """One evicting primary, not the one in the URL, is named when the store refuses."""
+        evicting = redis_cluster.nodes[-1].port
+
+        async def scenario() -> str | None:
+            store = RedisTokenStore(redis_cluster.url, namespace=f"s-{uuid.uuid4().hex}")
+            try:
+                await store.freeze("r")
+                return store.durability
+            finally:
+                await store.close()
+
+        assert asyncio.run(scenario()) == "aof-always"
+        redis_cluster.node_cli(evicting, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+        try:
+            with pytest.raises(StoreWriteError, match=f"127.0.0.1:{evicting} has allkeys-lru"):
+                asyncio.run(scenario())
+        finally:
+            redis_cluster.node_cli(evicting, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+
     def test_cluster_true_on_a_single_node_is_refused_typed(
         self, redis_server: RedisServer
     ) -> None:
