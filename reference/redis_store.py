@@ -130,8 +130,9 @@ class RedisTokenStore:
     ``cluster`` says so) and reads its settings: an ``allkeys-*`` eviction policy is refused,
     with ``StoreWriteError``, unless ``allow_eviction`` is true; persistence weaker than an
     fsynced append-only file is accepted, logged once as a warning and reported by
-    :attr:`durability`. On a cluster every key of a rollout is in one hash slot and each
-    script runs on the primary serving it; ``wait_replicas`` needs a single node.
+    :attr:`durability`. After that call ``cluster`` says which client is used. On a cluster
+    every key of a rollout is in one hash slot and each script runs on the primary serving it;
+    ``wait_replicas`` needs a single node.
 
     ``tombstone_ttl_seconds`` lets tombstones expire; after that the id is no longer fenced.
     ``retries`` is how often the client reconnects and resends on a connection error or a
@@ -235,7 +236,8 @@ class RedisTokenStore:
                 "losing entries, which freeze then reports as incomplete"
             )
         self._durability = verdict.durability
-        self._evicting = bool(verdict.evicting)
+        # Settings that cannot be read may evict as well; the scripts then check INFO stats.
+        self._evicting = bool(verdict.evicting) or verdict.durability == "unknown"
         if verdict.durability != "aof-always" and (self._shown.text, verdict.durability) not in (
             _warned
         ):

@@ -105,12 +105,16 @@ class TestDurability:
             (("--appendonly", "yes", "--appendfsync", "everysec", "--save", ""), "aof-everysec"),
             (VOLATILE, "none"),
             (("--appendonly", "no", "--save", "3600 1"), "rdb-only"),
+            ((*DURABLE, "--rename-command", "CONFIG", ""), "unknown"),
         ],
     )
     def test_reports_what_the_settings_promise(
         self, start_redis: StartRedis, settings: tuple[str, ...], durability: str
     ) -> None:
-        """durability is None before the first call, then names the server's persistence."""
+        """durability is None before the first call, then names the server's persistence.
+
+        A server that refuses CONFIG GET, as managed services may, is reported as unknown.
+        """
         server = start_redis(settings)
         store = RedisTokenStore(server.url)
         assert store.durability is None
