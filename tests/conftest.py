@@ -1,6 +1,8 @@
-"""Shared fixtures: a real ``redis-server`` on a free loopback port, started and stopped here.
+"""Shared fixtures: real ``redis-server`` processes on free loopback ports, started and stopped.
 
-A missing ``redis-server`` binary fails the tests that need it; it never skips them.
+One server (``start_redis``, ``redis_server``) or a three-master Redis Cluster
+(``redis_cluster``). A missing ``redis-server`` or ``redis-cli`` binary fails the tests that
+need it; it never skips them.
 """
 
 from __future__ import annotations

@@ -252,4 +252,3 @@ def test_a_slot_moving_under_puts_loses_no_acked_entry(redis_cluster: RedisClust
     untyped = [exc for exc in refused if not isinstance(exc, TokenCaptureError)]
     assert not untyped, untyped[:3]
     print(f"slot {slot} moved {source}->{target}: {len(acked)} acked, {len(refused)} refused")
-    print(sorted({str(e)[90:200] for e in refused})[:5])
