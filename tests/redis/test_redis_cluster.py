@@ -20,6 +20,7 @@ from tokcap_spec.records import TokenEntry
 
 ROLLOUTS = 30
 WRITERS = 4
+RESHARD_SLOTS = 2000
 
 
 def entry(rollout_id: str, call: str) -> TokenEntry:
@@ -123,6 +124,20 @@ class TestOnACluster:
             asyncio.run(scenario())
 
 
+def served_slots(cluster: RedisClusterNodes, port: int) -> set[int]:
+    """The slots the master at ``port`` serves, as its own CLUSTER NODES line says."""
+    for line in cluster.node_cli(port, "CLUSTER", "NODES").splitlines():
+        fields = line.split()
+        if "myself" in fields[2]:
+            return {
+                slot
+                for span in fields[8:]
+                if span[0].isdigit()
+                for slot in range(int(span.split("-")[0]), int(span.split("-")[-1]) + 1)
+            }
+    raise AssertionError(f"node {port} did not name itself in CLUSTER NODES")
+
+
 def ids_in_one_slot(count: int) -> tuple[int, list[str]]:
     """Return a slot and ``count`` rollout ids whose keys all hash to it."""
     first = "move-0"
@@ -147,28 +162,16 @@ class SlotMove:
             node.port: aioredis.Redis(host="127.0.0.1", port=node.port) for node in cluster.nodes
         }
 
-    async def owner(self) -> int:
+    def owner(self) -> int:
         """Return the port of the master that serves the slot."""
-        for port, admin in self.admin.items():
-            if await self._serves(admin):
-                return port
-        raise AssertionError(f"no master serves slot {self.slot}")
-
-    async def _serves(self, admin: aioredis.Redis) -> bool:
-        myid = (await admin.execute_command("CLUSTER", "MYID")).decode()
-        for line in (await admin.execute_command("CLUSTER", "NODES")).decode().splitlines():
-            fields = line.split()
-            if fields[0] != myid:
-                continue
-            for span in fields[8:]:
-                low, _, high = span.partition("-")
-                if low.isdigit() and int(low) <= self.slot <= int(high or low):
-                    return True
-        return False
+        (port,) = [
+            n.port for n in self.cluster.nodes if self.slot in served_slots(self.cluster, n.port)
+        ]
+        return port
 
     async def run(self, between: Callable[[], Any]) -> tuple[int, int, int]:
         """Move the slot to another master; await ``between()`` after every step."""
-        source = await self.owner()
+        source = self.owner()
         target = next(port for port in self.admin if port != source)
         src, dst = self.admin[source], self.admin[target]
         src_id = (await src.execute_command("CLUSTER", "MYID")).decode()
@@ -192,63 +195,116 @@ class SlotMove:
             await admin.aclose()
 
 
+class Writers:
+    """WRITERS concurrent writers putting new calls into ``rollouts`` until stopped."""
+
+    def __init__(self, store: RedisTokenStore, rollouts: list[str]) -> None:
+        self.store = store
+        self.rollouts = rollouts
+        self.acked: set[tuple[str, str]] = set()
+        self.refused: list[BaseException] = []
+        self.attempts = 0
+        self._stop = asyncio.Event()
+        self._advanced = asyncio.Condition()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._write(w)) for w in range(WRITERS)]
+
+    async def _write(self, worker: int) -> None:
+        for index in itertools.count():
+            if self._stop.is_set():
+                return
+            rollout = self.rollouts[(index * WRITERS + worker) % len(self.rollouts)]
+            call = f"w{worker}-{index}"
+            try:
+                await self.store.put(entry(rollout, call))
+                self.acked.add((rollout, call))
+            except Exception as exc:
+                self.refused.append(exc)
+            async with self._advanced:
+                self.attempts += 1
+                self._advanced.notify_all()
+
+    async def ran(self, count: int = 8) -> None:
+        """Return once ``count`` more puts were acked or refused."""
+        async with self._advanced:
+            goal = self.attempts + count
+            await asyncio.wait_for(self._advanced.wait_for(lambda: self.attempts >= goal), 60)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+
+    async def check(self) -> None:
+        """Every acked entry is in its rollout's freeze, clean, and every refusal is typed."""
+        for rollout in self.rollouts:
+            snapshot = await self.store.freeze(rollout)
+            calls = {e.model_call_id for e in snapshot.entries}
+            assert {call for r, call in self.acked if r == rollout} <= calls, rollout
+            assert not snapshot.incomplete, rollout
+        untyped = [exc for exc in self.refused if not isinstance(exc, TokenCaptureError)]
+        assert not untyped, untyped[:3]
+
+
 def test_a_slot_moving_under_puts_loses_no_acked_entry(redis_cluster: RedisClusterNodes) -> None:
     """While a slot moves key by key, every acked put is frozen after and every refusal is typed."""
     slot, rollouts = ids_in_one_slot(3)
-    namespace = f"m-{uuid.uuid4().hex}"
-    acked: set[tuple[str, str]] = set()
-    refused: list[BaseException] = []
-    attempts = 0
 
-    async def scenario() -> tuple[tuple[int, int, int], int, dict[str, Any]]:
-        nonlocal attempts
-        store = RedisTokenStore(redis_cluster.url, namespace=namespace)
-        stop = asyncio.Event()
-        advanced = asyncio.Condition()
-
-        async def writer(worker: int) -> None:
-            nonlocal attempts
-            for index in itertools.count():
-                if stop.is_set():
-                    return
-                rollout = rollouts[index % len(rollouts)]
-                call = f"w{worker}-{index}"
-                try:
-                    await store.put(entry(rollout, call))
-                    acked.add((rollout, call))
-                except Exception as exc:
-                    refused.append(exc)
-                async with advanced:
-                    attempts += 1
-                    advanced.notify_all()
-
-        async def puts_ran(count: int = 8) -> None:
-            async with advanced:
-                goal = attempts + count
-                await asyncio.wait_for(advanced.wait_for(lambda: attempts >= goal), 60)
-
+    async def scenario() -> tuple[tuple[int, int, int], Writers]:
+        store = RedisTokenStore(redis_cluster.url, namespace=f"m-{uuid.uuid4().hex}")
+        writers = Writers(store, rollouts)
         mover = SlotMove(redis_cluster, slot)
         try:
-            tasks = [asyncio.create_task(writer(w)) for w in range(WRITERS)]
-            await puts_ran()
-            moved = await mover.run(puts_ran)
-            stop.set()
-            await asyncio.gather(*tasks)
-            during = attempts
-            frozen = {r: await store.freeze(r) for r in rollouts}
-            return moved, during, frozen
+            writers.start()
+            await writers.ran()
+            moved = await mover.run(writers.ran)
+            await writers.stop()
+            await writers.check()
+            return moved, writers
         finally:
             await mover.close()
             await store.close()
 
-    (source, target, moved), during, frozen = asyncio.run(scenario())
+    (source, target, moved), writers = asyncio.run(scenario())
     assert source != target
     assert moved >= 2 * len(rollouts), "expected the rollouts' keys to move one by one"
-    assert during > 8 * (moved + 3)
-    for rollout, snapshot in frozen.items():
-        calls = {e.model_call_id for e in snapshot.entries}
-        assert {call for r, call in acked if r == rollout} <= calls
-        assert not snapshot.incomplete
-    untyped = [exc for exc in refused if not isinstance(exc, TokenCaptureError)]
-    assert not untyped, untyped[:3]
-    print(f"slot {slot} moved {source}->{target}: {len(acked)} acked, {len(refused)} refused")
+    assert writers.attempts > 8 * (moved + 3)
+    print(f"slot {slot}: {len(writers.acked)} acked, {len(writers.refused)} refused")
+
+
+@pytest.mark.slow
+def test_a_reshard_under_puts_loses_no_acked_entry(redis_cluster: RedisClusterNodes) -> None:
+    """`redis-cli --cluster reshard` of 2000 slots under puts loses nothing, types every refusal."""
+    rollouts = [f"rs-{index}" for index in range(300)]
+    source, target = redis_cluster.nodes[0].port, redis_cluster.nodes[1].port
+    ids = [redis_cluster.node_cli(port, "CLUSTER", "MYID").strip() for port in (source, target)]
+    before = served_slots(redis_cluster, source)
+
+    async def scenario() -> Writers:
+        store = RedisTokenStore(redis_cluster.url, namespace=f"rs-{uuid.uuid4().hex}")
+        writers = Writers(store, rollouts)
+        try:
+            writers.start()
+            await writers.ran(100)
+            reshard = await asyncio.create_subprocess_exec(
+                redis_cluster.cli,
+                "--cluster", "reshard", f"127.0.0.1:{redis_cluster.nodes[0].port}",
+                "--cluster-from", ids[0], "--cluster-to", ids[1],
+                "--cluster-slots", str(RESHARD_SLOTS), "--cluster-yes",
+                stdout=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            assert await reshard.wait() == 0
+            await writers.ran(100)
+            await writers.stop()
+            await writers.check()
+            return writers
+        finally:
+            await store.close()
+
+    writers = asyncio.run(scenario())
+    moved = before & served_slots(redis_cluster, target)
+    assert len(moved) == RESHARD_SLOTS
+    assert [r for r in rollouts if key_slot(r.encode()) in moved], "expected rollouts to move"
+    assert writers.attempts > 200
+    print(f"reshard: {len(writers.acked)} acked, {len(writers.refused)} refused")
