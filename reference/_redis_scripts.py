@@ -1,27 +1,28 @@
 """The Lua scripts that make every state change of a Redis rollout one atomic server step.
 
 Each script touches only the three keys of one rollout (:func:`rollout_keys`), which share a
-hash tag, so the scripts run unchanged on Redis Cluster. Keys: ``KEYS[1]`` the meta hash
-(``epoch``, ``version``, ``frozen``, ``incomplete``, or a tombstone's ``retired``),
-``KEYS[2]`` the entries hash (call id -> canonical payload bytes), ``KEYS[3]`` the set of
-announced call ids.
+hash tag, so on a Redis Cluster each runs whole on the primary serving that slot. Keys:
+``KEYS[1]`` the meta hash (``epoch``, ``version``, ``frozen``, ``incomplete``, the counts
+``acked`` and ``announced``, the last change's ``op`` and ``reply``, or a tombstone's
+``retired``), ``KEYS[2]`` the entries hash (call id -> canonical payload bytes), ``KEYS[3]``
+the set of announced call ids.
 
 ``version`` counts state changes (a new entry, an intent, a mark); a freeze does not change
 it. A snapshot is named ``<epoch>-<version>``; the epoch is minted once per incarnation of a
 rollout, so an id reused after ``delete`` never matches an old snapshot.
 
-Resending is safe. A client that lost a reply resends the same command, and every state-changing
-script takes a fresh operation id as ``ARGV[1]``: the meta hash keeps the id and reply of the
-last change, so a resend of that change answers as the first copy did and changes nothing. An
-identical re-put is a no-op anyway.
+Resending is safe. A client that lost a reply resends the same command, and every
+state-changing script takes a fresh operation id as ``ARGV[1]``: the meta hash keeps the id
+and reply of the last change, so a resend of that change answers as the first copy did and
+changes nothing. An identical re-put is a no-op anyway.
 
 Loss is detected. The meta hash counts the entries and intents ever stored (``acked``,
 ``announced``) from the moment its epoch is minted (``counted``). A freeze that finds fewer
 (an evicting server deleted a key) marks the rollout incomplete. On a server whose policy may
 evict (the client says so in the last argument of every script), a meta hash minted after the
 server evicted any key starts incomplete: a rollout that lost every key cannot be told apart
-from one never written. A freeze of a rollout already
-frozen, with nothing lost, only reads, so it works on a server that is out of memory.
+from one never written. A freeze of a rollout already frozen, with nothing lost, only reads,
+so it works on a server that is out of memory.
 """
 
 from __future__ import annotations
