@@ -63,7 +63,9 @@ async def is_cluster_node(options: ClientOptions) -> bool:
 def open_client(options: ClientOptions, *, cluster: bool) -> Client:
     """Open redis-py's cluster client when ``cluster`` is true, its single-node client otherwise."""
     if cluster:
-        return RedisCluster.from_url(options.url, **options._common())
+        # Every fifth MOVED would otherwise make redis-py close the whole pool, failing the
+        # other calls in flight on it; following each MOVED alone is enough.
+        return RedisCluster.from_url(options.url, reinitialize_steps=0, **options._common())
     return aioredis.Redis.from_url(options.url, **options._common())
 
 

@@ -256,12 +256,12 @@ class RedisTokenStore:
         try:
             return await asyncio.wait_for(self._attempt(script, keys, args), self.call_timeout)
         except asyncio.TimeoutError:
-            cause = f"no reply within call_timeout={self.call_timeout:g} s"
+            cause = f"not done within call_timeout={self.call_timeout:g} s"
         except TokenCaptureError:
             raise
         except Exception as exc:
-            # Not only RedisError: while a cluster slot moves, redis-py's cluster client can
-            # fail with a bare AttributeError on a connection closed under it.
+            # Not only RedisError: when redis-py's cluster client closes its pool under calls in
+            # flight (it does on a failover), they can fail with a bare AttributeError.
             cause = f"{type(exc).__name__}: {self._shown.scrub(str(exc))}"
         raise StoreWriteError(
             f"redis store at {self._shown}: {script.name} on rollout {rollout_id!r} failed "

@@ -49,7 +49,7 @@ def test_a_call_ends_at_call_timeout_whatever_the_socket_timeout(silent_url: str
     """With the default 10 s socket timeout and 3 retries, call_timeout=1 ends the put in 1 s."""
     elapsed, message = timed_put(RedisTokenStore(silent_url, call_timeout=1.0))
     assert 1.0 <= elapsed < 1.5
-    assert "put on rollout 'r' failed (no reply within call_timeout=1 s)" in message
+    assert "put on rollout 'r' failed (not done within call_timeout=1 s)" in message
 
 
 def test_each_attempt_ends_at_the_socket_timeout(silent_url: str) -> None:
