@@ -269,7 +269,7 @@ def test_a_slot_moving_under_puts_loses_no_acked_entry(redis_cluster: RedisClust
     (source, target, moved), writers = asyncio.run(scenario())
     assert source != target
     assert moved >= 2 * len(rollouts), "expected the rollouts' keys to move one by one"
-    assert writers.attempts > 8 * (moved + 3)
+    assert writers.attempts >= 8 * (moved + 3)
     print(f"slot {slot}: {len(writers.acked)} acked, {len(writers.refused)} refused")
 
 
