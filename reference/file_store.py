@@ -17,7 +17,7 @@ from reference._file_rollouts import RolloutLogs
 from reference._file_writer import WriterThread
 from tokcap_spec.ids import validate_call_id, validate_rollout_id, validate_rollout_ids
 from tokcap_spec.protocols import TokenCaptureSnapshot
-from tokcap_spec.records import TokenEntry
+from tokcap_spec.records import TokenEntry, as_token_entry
 
 __all__ = ["FileTokenStore"]
 
@@ -61,8 +61,7 @@ class FileTokenStore:
 
     async def put(self, entry: TokenEntry) -> None:
         """Store ``entry`` durably under its rollout; see the class promises."""
-        if not isinstance(entry, TokenEntry):
-            raise TypeError(f"put() expects a TokenEntry, got {type(entry).__name__}")
+        entry = as_token_entry(entry)
         rollout_id = validate_rollout_id(entry.rollout_id)
         call = validate_call_id(entry.model_call_id)
         # An entry that skipped validation would make every later freeze refuse the rollout

@@ -1,6 +1,8 @@
-"""Shared fixtures: a real ``redis-server`` on a free loopback port, started and stopped here.
+"""Shared fixtures: real ``redis-server`` processes on free loopback ports, started and stopped.
 
-A missing ``redis-server`` binary fails the tests that need it; it never skips them.
+One server (``start_redis``, ``redis_server``) or a three-master Redis Cluster
+(``redis_cluster``). A missing ``redis-server`` or ``redis-cli`` binary fails the tests that
+need it; it never skips them.
 """
 
 from __future__ import annotations
@@ -146,3 +148,92 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.start()
     yield server
     server.stop()
+
+
+# A Redis Cluster of three masters, each a RedisServer started with cluster mode on.
+
+CLUSTER_MASTERS = 3
+
+
+def _cluster_settings() -> tuple[str, ...]:
+    return (
+        *DURABLE,
+        "--cluster-enabled", "yes",
+        "--cluster-config-file", "nodes.conf",
+        # The bus port defaults to port + 10000, which may be taken or out of range.
+        "--cluster-port", str(free_port()),
+    )  # fmt: skip
+
+
+class RedisClusterNodes:
+    """Three ``redis-server`` masters on loopback ports, joined into a cluster serving all slots."""
+
+    def __init__(self, directory: Path) -> None:
+        binary = shutil.which("redis-cli")
+        if binary is None:
+            pytest.fail(
+                "redis-cli is not on PATH; expected it installed with redis-server",
+                pytrace=False,
+            )
+        self.cli = binary
+        self.nodes = [
+            RedisServer(directory / f"node-{index}", _cluster_settings())
+            for index in range(CLUSTER_MASTERS)
+        ]
+
+    @property
+    def url(self) -> str:
+        """The URL of the first node; a cluster client discovers the others from it."""
+        return f"redis://127.0.0.1:{self.nodes[0].port}/0"
+
+    def start(self) -> None:
+        """Start every node, join them with ``redis-cli --cluster create``, await ``ok``."""
+        for node in self.nodes:
+            node.start()
+        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+        self.cli_run("--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes")
+        deadline = time.monotonic() + _READY_WITHIN_SECONDS
+        while not all(self._state_ok(node.port) for node in self.nodes):
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"the cluster did not reach cluster_state:ok within {_READY_WITHIN_SECONDS} "
+                    f"s; log of the first node:\n{self.nodes[0].log()}",
+                    pytrace=False,
+                )
+            time.sleep(0.05)
+
+    def cli_run(self, *arguments: str) -> str:
+        """Run ``redis-cli`` with ``arguments``; fail the test with its output if it fails."""
+        done = subprocess.run(
+            [self.cli, *arguments], capture_output=True, text=True, timeout=60, check=False
+        )
+        if done.returncode != 0:
+            pytest.fail(
+                f"redis-cli {' '.join(arguments)} exited with {done.returncode}:\n"
+                f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}",
+                pytrace=False,
+            )
+        return done.stdout
+
+    def node_cli(self, port: int, *arguments: str) -> str:
+        """Run one command on the node at ``port`` and return its reply."""
+        return self.cli_run("-h", "127.0.0.1", "-p", str(port), *arguments)
+
+    def _state_ok(self, port: int) -> bool:
+        return "cluster_state:ok" in self.node_cli(port, "CLUSTER", "INFO")
+
+    def stop(self) -> None:
+        """Shut every node down."""
+        for node in self.nodes:
+            node.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterNodes]:
+    """One real three-master Redis Cluster shared by a test session, torn down after it."""
+    cluster = RedisClusterNodes(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

@@ -2,6 +2,11 @@
 
 Every error a conforming store raises on purpose derives from :class:`TokenCaptureError`,
 so a capture path can tell "the store refused this" apart from a bug in the store.
+
+Each error is also the built-in exception NeMo Gym's own store raises for the same refusal,
+so code written against Gym's store catches ours unchanged: a conflicting re-put is a
+``ValueError``; a write after freeze or after retirement is a ``RuntimeError``; a failed
+durable write is an ``OSError``; a bad rollout id or sink target is a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -27,8 +32,11 @@ class InvalidRolloutIdError(TokenCaptureError, ValueError):
     """A rollout id does not match :data:`tokcap_spec.ids.ROLLOUT_ID_PATTERN`."""
 
 
-class RolloutFrozenError(TokenCaptureError):
-    """A put of a new call reached a rollout that is already frozen (strict fence, FENCE-1)."""
+class RolloutFrozenError(TokenCaptureError, RuntimeError):
+    """A put of a new call reached a rollout that is already frozen (strict fence, FENCE-1).
+
+    Also a ``RuntimeError``; the message names the rollout and the call.
+    """
 
     @classmethod
     def for_call(cls, rollout_id: str, model_call_id: str) -> RolloutFrozenError:
@@ -39,8 +47,11 @@ class RolloutFrozenError(TokenCaptureError):
         )
 
 
-class RolloutRetiredError(TokenCaptureError):
-    """A write reached a rollout that a consumer already dropped or retired (FENCE-2)."""
+class RolloutRetiredError(TokenCaptureError, RuntimeError):
+    """A write reached a rollout that a consumer already dropped or retired (FENCE-2).
+
+    Also a ``RuntimeError``; the message names the rollout.
+    """
 
     @classmethod
     def for_rollout(cls, rollout_id: str) -> RolloutRetiredError:
@@ -51,8 +62,11 @@ class RolloutRetiredError(TokenCaptureError):
         )
 
 
-class ConflictingEntryError(TokenCaptureError):
-    """A ``model_call_id`` was reused with a different payload (PUT-4)."""
+class ConflictingEntryError(TokenCaptureError, ValueError):
+    """A ``model_call_id`` was reused with a different payload (PUT-4).
+
+    Also a ``ValueError``; the message names the rollout and the call.
+    """
 
 
 class CorruptStoreError(TokenCaptureError):

@@ -11,9 +11,11 @@ bit for bit, which plain ``model_dump_json`` does not.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
+from collections.abc import Mapping
 from typing import Annotated, Any, Final
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -23,6 +25,7 @@ __all__ = [
     "TOKEN_FIELDS",
     "MAX_TOKEN_ID",
     "TokenEntry",
+    "as_token_entry",
 ]
 
 TOKEN_ENTRY_RECORD_SCHEMA_VERSION: Final = 1
@@ -145,3 +148,52 @@ class TokenEntry(BaseModel):
     def same_payload(self, other: TokenEntry) -> bool:
         """Return whether ``other`` serializes to exactly the same bytes (PUT-3)."""
         return self.to_json_bytes() == other.to_json_bytes()
+
+
+def as_token_entry(record: object) -> TokenEntry:
+    """Return ``record`` as a :class:`TokenEntry`, validated exactly as a native entry is.
+
+    A ``TokenEntry`` is returned as it is. Any other record is read field by field: a pydantic
+    model through ``model_dump()``, a dataclass through its fields, a mapping through its keys,
+    any other object through its attributes. Fields the record exposes beyond the contract's
+    (extra fields of a pydantic model, a mapping's other keys, an object's other public
+    attributes) are kept, so the result has the canonical bytes the same native entry has.
+
+    Raises ``TypeError`` naming the record's class as ``module.QualName`` and the required
+    fields it lacks, and pydantic's ``ValidationError`` (a ``ValueError``) for fields that
+    break the record rules.
+    """
+    if isinstance(record, TokenEntry):
+        return record
+    fields = _record_fields(record)
+    missing = [
+        name
+        for name, info in TokenEntry.model_fields.items()
+        if info.is_required() and name not in fields
+    ]
+    if missing:
+        kind = type(record)
+        raise TypeError(
+            f"expected a record with the TokenEntry fields, got {kind.__name__} "
+            f"({kind.__module__}.{kind.__qualname__}) without {', '.join(missing)}"
+        )
+    return TokenEntry.model_validate(fields)
+
+
+def _record_fields(record: object) -> dict[str, Any]:
+    if isinstance(record, BaseModel):
+        return record.model_dump(mode="python", warnings=False)
+    if dataclasses.is_dataclass(record) and not isinstance(record, type):
+        return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    if isinstance(record, Mapping):
+        return dict(record)
+    exposed = getattr(record, "__dict__", None)
+    fields = (
+        {name: value for name, value in exposed.items() if not name.startswith("_")}
+        if isinstance(exposed, dict)
+        else {}
+    )
+    for name in TokenEntry.model_fields:
+        if name not in fields and hasattr(record, name):
+            fields[name] = getattr(record, name)
+    return fields

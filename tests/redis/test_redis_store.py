@@ -14,6 +14,7 @@ import redis
 from conftest import DURABLE, RedisServer, StartRedis, free_port
 from redis.crc import key_slot
 
+from reference._redis_scripts import DROP, MARK_INCOMPLETE
 from reference.redis_store import RedisTokenStore
 from tokcap_spec.errors import (
     ConflictingEntryError,
@@ -111,7 +112,15 @@ class TestConstruction:
 
     @pytest.mark.parametrize(
         ("kwarg", "value"),
-        [("wait_replicas", -1), ("wait_replicas", True), ("retries", 1.5), ("socket_timeout", 0)],
+        [
+            ("wait_replicas", -1),
+            ("wait_replicas", True),
+            ("retries", 1.5),
+            ("socket_timeout", 0),
+            ("call_timeout", float("inf")),
+            ("cluster", "yes"),
+            ("allow_eviction", None),
+        ],
     )
     def test_refuses_bad_numbers_naming_the_kwarg(self, kwarg: str, value: object) -> None:
         """A numeric kwarg of the wrong type or range is refused with its name and value."""
@@ -913,3 +922,82 @@ class TestFullServer:
         with redis.Redis.from_url(server.url) as raw:
             assert raw.hlen("tokcap:{r}:entries") == acked
             assert int(raw.hget("tokcap:{r}:meta", "version") or 0) == acked
+
+
+class TestLostKeys:
+    @pytest.mark.parametrize("lost", ["entries", "meta", "intents"])
+    def test_a_rollout_missing_a_key_freezes_incomplete(
+        self, on_redis: Play, redis_server: RedisServer, namespace: str, lost: str
+    ) -> None:
+        """With one of a rollout's keys deleted behind its back, freeze says incomplete."""
+
+        async def write(open_store: Open) -> TokenCaptureSnapshot:
+            store = open_store()
+            await store.begin_call("r", "a")
+            await store.put(entry("r", "a"))
+            await store.put(entry("r", "b"))
+            return await store.freeze("r")
+
+        clean = on_redis(write)
+        with redis.Redis.from_url(redis_server.url) as raw:
+            assert raw.delete(f"{namespace}:{{r}}:{lost}") == 1
+
+        async def again(open_store: Open) -> list[TokenCaptureSnapshot]:
+            return [await open_store().freeze("r"), await open_store().freeze("r")]
+
+        first, second = on_redis(again)
+        assert not clean.incomplete
+        assert first.incomplete
+        assert second == first
+        assert first.snapshot_id != clean.snapshot_id
+
+    def test_a_rollout_written_before_counting_is_not_flagged(
+        self, on_redis: Play, redis_server: RedisServer, namespace: str
+    ) -> None:
+        """A meta hash without the counted mark (an older store's) freezes as it always did."""
+        with redis.Redis.from_url(redis_server.url) as raw:
+            raw.hset(f"{namespace}:{{r}}:meta", mapping={"epoch": "e", "version": 1})
+            raw.hset(f"{namespace}:{{r}}:entries", "c", entry("r", "c").to_json_bytes())
+
+        async def scenario(open_store: Open) -> TokenCaptureSnapshot:
+            return await open_store().freeze("r")
+
+        snapshot = on_redis(scenario)
+        assert (snapshot.snapshot_id, len(snapshot.entries), snapshot.incomplete) == (
+            "e-1",
+            1,
+            False,
+        )
+
+
+class TestResentScripts:
+    def test_a_resent_drop_answers_as_its_first_copy(
+        self, on_redis: Play, redis_server: RedisServer, namespace: str
+    ) -> None:
+        """The drop script run twice with one operation id says dropped twice; a new id is kept."""
+
+        async def scenario(open_store: Open) -> TokenCaptureSnapshot:
+            store = open_store()
+            await store.put(entry("r", "c"))
+            return await store.freeze("r")
+
+        snapshot = on_redis(scenario)
+        keys = [f"{namespace}:{{r}}:{part}" for part in ("meta", "entries", "intents")]
+        with redis.Redis.from_url(redis_server.url) as raw:
+            drop = raw.register_script(DROP.source)
+            args = [snapshot.snapshot_id, snapshot.version, "0", "", ""]
+            replies = [drop(keys, ["op-1", *args]), drop(keys, ["op-1", *args])]
+            replies.append(drop(keys, ["op-2", *args]))
+        assert replies == [b"dropped", b"dropped", b"kept"]
+
+    def test_a_resent_mark_bumps_the_version_once(
+        self, on_redis: Play, redis_server: RedisServer, namespace: str
+    ) -> None:
+        """The mark script run twice with one operation id moves the version by one."""
+        keys = [f"{namespace}:{{r}}:{part}" for part in ("meta", "entries", "intents")]
+        with redis.Redis.from_url(redis_server.url) as raw:
+            mark = raw.register_script(MARK_INCOMPLETE.source)
+            assert [mark(keys, ["op-1", "epoch", ""]) for _ in range(2)] == [b"marked"] * 2
+            assert raw.hget(keys[0], "version") == b"1"
+            assert mark(keys, ["op-2", "epoch", ""]) == b"marked"
+            assert raw.hget(keys[0], "version") == b"2"

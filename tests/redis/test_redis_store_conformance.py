@@ -1,17 +1,26 @@
-"""The conformance kit, run as a user would run it, against RedisTokenStore on a real server."""
+"""The conformance kit, run as a user would run it, against RedisTokenStore on real servers."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from conftest import RedisServer
+
+
+@pytest.fixture(params=["node", "cluster"])
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """The URL of one durable redis server, or of the first node of a three-master cluster."""
+    fixture = "redis_server" if request.param == "node" else "redis_cluster"
+    return str(request.getfixturevalue(fixture).url)
 
 
 @pytest.mark.slow
-def test_the_kit_passes_every_clause(pytester: pytest.Pytester, redis_server: RedisServer) -> None:
-    """`pytest --tokcap-sink=reference.redis_store:RedisTokenStore` passes with a strict fence."""
-    kwargs = json.dumps({"url": redis_server.url})
+def test_the_kit_passes_every_clause(pytester: pytest.Pytester, redis_url: str) -> None:
+    """`pytest --tokcap-sink=reference.redis_store:RedisTokenStore` passes with a strict fence.
+
+    On a cluster the store finds out by itself that the URL names a cluster node.
+    """
+    kwargs = json.dumps({"url": redis_url})
     result = pytester.runpytest_subprocess(
         "--tokcap-sink=reference.redis_store:RedisTokenStore",
         f"--tokcap-sink-kwargs={kwargs}",

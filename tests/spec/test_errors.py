@@ -6,8 +6,11 @@ import pytest
 
 from tokcap_spec import errors
 from tokcap_spec.errors import (
+    ConflictingEntryError,
     EndpointError,
     InvalidRolloutIdError,
+    RolloutFrozenError,
+    RolloutRetiredError,
     StoreWriteError,
     TokenCaptureError,
 )
@@ -37,3 +40,30 @@ class TestHierarchy:
         with pytest.raises(OSError, match="disk") as caught:
             raise StoreWriteError(28, "disk full")
         assert caught.value.errno == 28
+
+
+class TestGymKinds:
+    @pytest.mark.parametrize(
+        ("error", "builtin"),
+        [
+            (ConflictingEntryError, ValueError),
+            (RolloutFrozenError, RuntimeError),
+            (RolloutRetiredError, RuntimeError),
+        ],
+    )
+    def test_refusals_are_the_builtin_kinds_gym_raises(
+        self, error: type[Exception], builtin: type[Exception]
+    ) -> None:
+        """A conflict is a ValueError, a write after freeze or retirement a RuntimeError."""
+        with pytest.raises(builtin, match="refused"):
+            raise error("refused")
+
+    def test_a_frozen_rollout_names_the_rollout_and_the_call(self) -> None:
+        """The frozen error caught as RuntimeError still names rollout and call id."""
+        with pytest.raises(RuntimeError, match=r"'r-1'.*'call-7'"):
+            raise RolloutFrozenError.for_call("r-1", "call-7")
+
+    def test_a_retired_rollout_names_the_rollout(self) -> None:
+        """The retired error caught as RuntimeError still names the rollout."""
+        with pytest.raises(RuntimeError, match="'r-1' was already dropped"):
+            raise RolloutRetiredError.for_rollout("r-1")
