@@ -261,45 +261,46 @@ def _isolation(kit: Kit) -> None:
 
 
 def _retire(kit: Kit) -> None:
-    """DROP-3, DROP-1, FENCE-2, FENCE-1: refused drops destroy nothing; exact ones retire."""
+    """DROP-1, DROP-2, DROP-3, FENCE-2, FENCE-1: exact drops retire; others destroy nothing."""
     sink, source = kit.sink(), kit.source()
-    rollout = kit.rollout_id("basic")
-    entry = kit.entries.entry(rollout)
-    put(kit, "PUT-1", sink, entry)
-    first = freeze(kit, "FREEZE-1", source, rollout)
-    _expect(
-        "DROP-2",
-        not drop(kit, "DROP-2", source, rollout, first.snapshot_id, first.version + 1),
-        "drop of a wrong version to return False",
-        "True",
-        "retire only the exact current snapshot",
-    )
-    _expect(
-        "DROP-3",
-        state(freeze(kit, "DROP-3", kit.source(), rollout)) == state(first),
-        "a refused drop to destroy nothing",
-        describe(first),
-        "a refused drop must not delete, unfreeze or re-version anything",
-    )
+    exact, other = kit.rollout_id("basic"), kit.rollout_id("basic")
+    for rollout in (exact, other):
+        put(kit, "PUT-1", sink, kit.entries.entry(rollout))
+    first = freeze(kit, "FREEZE-1", source, exact)
     _expect(
         "DROP-1",
-        drop(kit, "DROP-1", kit.source(), rollout, first.snapshot_id, first.version),
+        drop(kit, "DROP-1", kit.source(), exact, first.snapshot_id, first.version),
         "drop of the exact current snapshot to return True",
         f"False for {describe(first)}",
         "compare the stored frozen snapshot_id and version, from any instance",
     )
     _expect(
         "FENCE-2",
-        raises(kit.sink().put, kit.entries.entry(rollout)) is not None,
+        raises(kit.sink().put, kit.entries.entry(exact)) is not None,
         "a put after drop to raise",
         "it was acked",
         "keep a tombstone for dropped rollouts",
     )
+    kept = freeze(kit, "FREEZE-1", source, other)
+    for snapshot_id, version in ((kept.snapshot_id, kept.version + 1), ("other", kept.version)):
+        _expect(
+            "DROP-2",
+            not drop(kit, "DROP-2", source, other, snapshot_id, version),
+            f"drop with ({snapshot_id!r}, {version}) to return False",
+            f"True (current {kept.snapshot_id!r}, {kept.version})",
+            "retire only the exact current snapshot",
+        )
+    _expect(
+        "DROP-3",
+        state(freeze(kit, "DROP-3", kit.source(), other)) == state(kept),
+        "a refused drop to destroy nothing",
+        describe(kept),
+        "a refused drop must not delete, unfreeze or re-version anything",
+    )
     late = kit.rollout_id("late")
     put(kit, "PUT-1", sink, kit.entries.entry(late))
     before = freeze(kit, "FREEZE-1", source, late)
-    extra = kit.entries.entry(late)
-    if raises(kit.sink().put, extra) is None:
+    if raises(kit.sink().put, kit.entries.entry(late)) is None:
         after = freeze(kit, "FENCE-1", kit.source(), late)
         _expect(
             "FENCE-1",
