@@ -50,25 +50,27 @@ def run_check(settings: KitSettings, check: Check) -> dict[str, str]:
     """
     __tracebackhide__ = True
     kit = Kit(settings, check.id)
+    violation: ClauseViolation | None = None
     try:
-        try:
-            check.function(kit)
-        except NotClaimed as exc:
-            raise CheckSkipped(f"not claimed: {exc}") from None
-        except ExtensionMissing as exc:
-            raise CheckSkipped(str(exc)) from None
-        except BlockedBy as exc:
-            raise CheckBlocked(check.clause, exc.violation) from None
-        except ClauseViolation as exc:
-            raise _judged(settings, check, exc) from None
-        except Unreadable as problem:
-            raise _judged(settings, check, _unreadable(problem, kit)) from None
-        except Exception as exc:
-            found = unexpected_error(check.clause, f"check {check.id}", exc, kit)
-            raise _judged(settings, check, found) from None
+        check.function(kit)
+    except NotClaimed as exc:
+        raise CheckSkipped(f"not claimed: {exc}") from None
+    except ExtensionMissing as exc:
+        raise CheckSkipped(str(exc)) from None
+    except BlockedBy as exc:
+        raise CheckBlocked(check.clause, exc.violation) from None
+    except ClauseViolation as exc:
+        violation = exc
+    except Unreadable as problem:
+        violation = _unreadable(problem, kit)
+    except Exception as exc:
+        violation = unexpected_error(check.clause, f"check {check.id}", exc, kit)
     finally:
         for error in kit.close():
             warnings.warn(f"tokcap: {check.id}: {error}", stacklevel=1)
+    if violation is not None:
+        # Judged once the check's endpoints are closed, so that they hinder no basic.
+        raise _judged(settings, check, violation)
     return kit.observations
 
 

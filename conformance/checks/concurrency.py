@@ -99,7 +99,7 @@ def _judge(kit: Kit, clause: str, events: list[Event], problems: list[str], plan
     )
 
 
-_CONCURRENCY = ("FREEZE-5", "SPAWN-4")
+_CONCURRENCY = ("FREEZE-2", "FREEZE-5", "SPAWN-4")
 
 _HINTS = {
     "lost-ack": "an acked write must be visible to every freeze that starts after it returns, "
