@@ -28,6 +28,7 @@ ODD_CALL_IDS = (
 )
 """``model_call_id`` strings a transport must keep exactly (PUT-6)."""
 
+
 class EntryClassError(ValueError):
     """The ``--tokcap-entry-class`` target cannot build the record's entries."""
 

@@ -52,11 +52,11 @@ class TestInert:
         assert "tokcap:" not in result.stdout.str()
         assert "tokcap conformance" not in result.stdout.str()
 
-    def test_importing_the_plugin_loads_nothing_heavy(self) -> None:
-        """Loading the plugin imports neither pydantic nor hypothesis nor the checks."""
+    def test_importing_the_entry_point_loads_nothing_of_the_project(self) -> None:
+        """The entry point imports none of tokcap's packages, nor pydantic or hypothesis."""
         code = (
-            "import sys, conformance.plugin\n"
-            "names = ('pydantic', 'hypothesis', 'conformance.checks')\n"
+            "import sys, tokcap_pytest\n"
+            "names = ('pydantic', 'hypothesis', 'conformance', 'reference', 'tokcap_spec')\n"
             "heavy = [m for m in names if m in sys.modules]\n"
             "print(heavy)\n"
         )
@@ -83,10 +83,16 @@ class TestCollection:
         result.assert_outcomes(passed=1)
 
     def test_works_when_loaded_with_dash_p(self, pytester: pytest.Pytester) -> None:
-        """The plugin also works when named with -p instead of its entry point."""
-        result = run(
-            pytester, "-p", "no:tokcap", "-p", "conformance.plugin", MEMORY, LOCAL, "-k", "FREEZE-4"
-        )
+        """-p tokcap_pytest works beside the installed entry point of the same name."""
+        result = run(pytester, "-p", "tokcap_pytest", MEMORY, LOCAL, "-k", "FREEZE-4")
+        result.assert_outcomes(passed=1)
+
+    def test_works_with_plugin_autoload_off(
+        self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With entry points disabled, -p tokcap_pytest alone loads the kit."""
+        monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+        result = run(pytester, "-p", "tokcap_pytest", MEMORY, LOCAL, "-k", "FREEZE-4")
         result.assert_outcomes(passed=1)
 
     def test_junitxml_carries_the_kit_tests(self, pytester: pytest.Pytester) -> None:
@@ -140,12 +146,15 @@ class TestVerdicts:
         spawn = ("SPAWN-1", "SPAWN-2", "SPAWN-3", "SPAWN-4")
         assert {outcomes[c] for c in spawn} == {"not-claimed"}
         assert "failed" not in outcomes.values()
+        tokcap = {"name": "tokcap", "version": report["kit_version"]}
         assert report["target"] == {
             "sink": "reference.memory_store:MemoryTokenStore",
             "source": "reference.memory_store:MemoryTokenStore",
             "capabilities": ["process-local"],
             "fence": "any",
             "observed_fence": "strict",
+            "entry_class": "tokcap_spec.records:TokenEntry",
+            "distributions": {"sink": tokcap, "source": tokcap},
         }
         assert "| SPAWN-1 | not-claimed |" in (pytester.path / "r.md").read_text()
         result.stdout.fnmatch_lines(["SPAWN * 0 * 0 * 0 * 4", "clauses: * passed, 0 failed*"])
