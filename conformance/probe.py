@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import importlib
 import inspect
+import io
+import sys
 import sysconfig
 import traceback
 from importlib import metadata
@@ -53,7 +55,21 @@ def distribution_of(target: str) -> dict[str, str]:
 
 
 def probe_target(settings: KitSettings) -> None:
-    """Import and build the sink and the source once; raise ``pytest.UsageError`` if one fails."""
+    """Import and build the sink and the source once; raise ``pytest.UsageError`` if one fails.
+
+    What the target prints meanwhile is passed on with the run's secrets masked: no test has
+    started, so pytest's capture would show it as it is.
+    """
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            _probe(settings)
+    finally:
+        if printed.getvalue():
+            sys.stderr.write(scrub(printed.getvalue()))
+
+
+def _probe(settings: KitSettings) -> None:
     seen = set()
     for role, target, kwargs in (
         ("sink", settings.sink, settings.sink_kwargs),

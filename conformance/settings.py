@@ -50,9 +50,9 @@ class KitSettings:
     """The resolved target and the rules it is judged by. Immutable for the whole run."""
 
     sink: str
-    sink_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    sink_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
     source: str = ""
-    source_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    source_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
     fence: Literal["any", "strict"] = "any"
     capabilities: frozenset[str] = frozenset()
     seed: int = DEFAULT_SEED

@@ -59,7 +59,7 @@ class WorkerPlan:
     """What one worker builds and does."""
 
     target: str
-    kwargs: dict[str, Any]
+    kwargs: dict[str, Any] = field(repr=False)
     operations: tuple[Operation, ...] = ()
 
 

@@ -59,9 +59,9 @@ class Target:
     """What every lane builds: the sink and source targets with their kwargs."""
 
     sink: str
-    sink_kwargs: dict[str, Any]
+    sink_kwargs: dict[str, Any] = field(repr=False)
     source: str
-    source_kwargs: dict[str, Any]
+    source_kwargs: dict[str, Any] = field(repr=False)
 
 
 _OPERATION = {"put": "put", "mark": "mark_incomplete", "begin": "begin_call"}
