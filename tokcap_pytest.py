@@ -20,7 +20,21 @@ from typing import Any
 
 import pytest
 
-__all__ = ["OPTIONS", "Option", "pytest_addoption", "pytest_configure"]
+__all__ = [
+    "DEFAULT_ENTRY_CLASS",
+    "DEFAULT_SEED",
+    "DEFAULT_TIMEOUTS",
+    "OPTIONS",
+    "Option",
+    "pytest_addoption",
+    "pytest_configure",
+]
+
+DEFAULT_SEED = 1729
+DEFAULT_ENTRY_CLASS = "tokcap_spec.records:TokenEntry"
+DEFAULT_TIMEOUTS = {"quick": 30.0, "ci": 30.0, "thorough": 120.0}
+"""Seconds one call into the implementation may take under each profile: far beyond what a
+correct network store needs, and small enough that a hang costs a CI job minutes, not hours."""
 
 _HOME = Path(__file__).resolve().parent
 _TARGETS = ("sink", "source", "config")
@@ -34,6 +48,7 @@ class Option:
     name: str
     help: str
     default: str = ""
+    metavar: str = "VALUE"
     multiple: bool = False
 
     @property
@@ -102,11 +117,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for option in OPTIONS:
         if option.multiple:
             group.addoption(
-                option.flag, action="append", default=[], dest=option.dest, help=option.describe()
+                option.flag,
+                action="append",
+                default=[],
+                dest=option.dest,
+                metavar=option.metavar,
+                help=option.describe(),
             )
             parser.addini(option.ini, option.describe(), type="args", default=[])
         else:
-            group.addoption(option.flag, default=None, dest=option.dest, help=option.describe())
+            group.addoption(
+                option.flag,
+                default=None,
+                dest=option.dest,
+                metavar=option.metavar,
+                help=option.describe(),
+            )
             parser.addini(option.ini, option.describe(), type="string", default="")
 
 

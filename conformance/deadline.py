@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tokcap_pytest import DEFAULT_TIMEOUTS
+
 __all__ = [
     "DEFAULT_TIMEOUTS",
     "TRIPS",
@@ -39,9 +41,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-DEFAULT_TIMEOUTS = {"quick": 30.0, "ci": 30.0, "thorough": 120.0}
-"""Seconds one call may take under each profile: far beyond what a correct network store needs,
-and small enough that a hang costs a CI job minutes, not hours."""
 
 TRIPS = 2
 """Overruns of one operation after which the kit stops calling it for the rest of the run."""

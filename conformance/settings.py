@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from conformance.deadline import DEFAULT_TIMEOUTS
-from tokcap_pytest import OPTIONS, Option
+from tokcap_pytest import DEFAULT_ENTRY_CLASS, DEFAULT_SEED, DEFAULT_TIMEOUTS, OPTIONS, Option
 
 __all__ = [
     "CAPABILITIES",
@@ -36,8 +35,6 @@ __all__ = [
 CAPABILITIES = ("no-delete", "process-local")
 FENCES = ("any", "strict")
 PROFILES = ("quick", "ci", "thorough")
-DEFAULT_SEED = 1729
-DEFAULT_ENTRY_CLASS = "tokcap_spec.records:TokenEntry"
 FILE_STORE_TARGET = "reference.file_store:FileTokenStore"
 
 

@@ -43,6 +43,11 @@ class VerdictHooks:
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         self.selected = {item.nodeid for item in items if _KIT_MODULE in item.nodeid}
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        # An xdist controller collects nothing itself: its workers tell it what they will run.
+        self.selected |= {nodeid for nodeid in ids if _KIT_MODULE in nodeid}
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         match = _CLAUSE_IN_PARAM.search(report.nodeid)
         if match is None or _KIT_MODULE not in report.nodeid:

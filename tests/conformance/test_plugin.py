@@ -103,6 +103,26 @@ class TestCollection:
         assert 'name="test_freeze[FREEZE-2-idempotent]"' in xml
 
 
+class TestHelpAndCollectOnly:
+    def test_help_shows_each_default_and_environment_variable(
+        self, pytester: pytest.Pytester
+    ) -> None:
+        """pytest --help lists every kit option with its default and environment variable."""
+        from tokcap_pytest import OPTIONS
+
+        text = " ".join(run(pytester, "--help").stdout.str().split())
+        for option in OPTIONS:
+            assert option.flag in text
+            assert f"default: {option.default}; env {option.env}, ini {option.ini}" in text
+
+    def test_collect_only_prints_no_verdict(self, pytester: pytest.Pytester) -> None:
+        """--co lists the checks and prints no conformance summary."""
+        result = run(pytester, MEMORY, LOCAL, "--co", "-q")
+        assert result.ret == 0
+        assert "tokcap conformance" not in result.stdout.str()
+        assert "clauses:" not in result.stdout.str()
+
+
 class TestHeaderAndSettings:
     def test_header_names_target_kit_spec_fence_and_capabilities(
         self, pytester: pytest.Pytester
