@@ -211,12 +211,17 @@ def _tasks(loop: asyncio.AbstractEventLoop) -> list[asyncio.Task[Any]]:
         return []
 
 
-_watch: Watch | None = None
+_local = threading.local()
 
 
 def current_watch() -> Watch | None:
-    """The watch of the check running in this process, if any."""
-    return _watch
+    """The watch of the check running on this thread, if any.
+
+    Per thread, so that a check given up on keeps its own watch, and with it the overrun
+    every later call of it raises, while the next check runs under a new one.
+    """
+    watch: Watch | None = getattr(_local, "watch", None)
+    return watch
 
 
 def watched(function: Callable[[], T], watch: Watch) -> T:
@@ -226,12 +231,11 @@ def watched(function: Callable[[], T], watch: Watch) -> T:
     thread to itself: it is a daemon, and every call it makes after that raises at once.
     """
     __tracebackhide__ = True
-    global _watch
     outcome: list[Any] = []
-
     done = threading.Event()
 
     def body() -> None:
+        _local.watch = watch
         try:
             outcome.append((True, function()))
         except BaseException as exc:  # handed to the watching thread, never lost
@@ -239,18 +243,14 @@ def watched(function: Callable[[], T], watch: Watch) -> T:
         finally:
             done.set()
 
-    _watch = watch
     thread = threading.Thread(target=body, name="tokcap-check")
     thread.daemon = True
     thread.start()
-    try:
-        while not done.wait(watch.next_look()):
-            overrun = watch.overdue()
-            if overrun is not None:
-                watch.abandon(overrun)
-                raise overrun
-    finally:
-        _watch = None
+    while not done.wait(watch.next_look()):
+        overrun = watch.overdue()
+        if overrun is not None:
+            watch.abandon(overrun)
+            raise overrun
     returned, value = outcome[0]
     if returned:
         return value  # type: ignore[no-any-return]

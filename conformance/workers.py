@@ -127,6 +127,8 @@ class Supervisor:
 
     def __init__(self, on_problem: Callable[[Supervisor], None] | None = None) -> None:
         watch = deadline.current_watch()
+        if watch is not None and watch.abandoned is not None:
+            raise watch.abandoned  # the check was given up on: it starts nothing more
         self.seconds = watch.seconds if watch else deadline.DEFAULT_TIMEOUTS["ci"]
         self.clause = watch.clause if watch else ""
         self.children: list[Child] = []
