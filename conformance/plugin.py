@@ -21,10 +21,12 @@ import pytest
 from conformance import outcomes, secrecy
 from conformance.probe import distribution_of, kit_version, probe_target
 from conformance.report import Verdicts
-from conformance.settings import OPTIONS, KitSettings, Option, SettingsError, resolve_settings
+from conformance.settings import KitSettings, Option, SettingsError, resolve_settings
 
 if TYPE_CHECKING:
     from conformance.registry import Check
+
+__all__ = ["SETTINGS_KEY", "SUITE", "VERDICTS_KEY", "tokcap_run"]
 
 SETTINGS_KEY = pytest.StashKey[KitSettings]()
 VERDICTS_KEY = pytest.StashKey[Verdicts]()
@@ -202,6 +204,3 @@ def _write_reports(verdicts: Verdicts, settings: KitSettings) -> None:
         verdicts.write_json(settings.report)
     if settings.report_md is not None:
         verdicts.write_markdown(settings.report_md)
-
-
-__all__ = ["OPTIONS", "SETTINGS_KEY", "SUITE", "VERDICTS_KEY", "tokcap_run"]
