@@ -16,9 +16,16 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
+from pluggy import HookimplMarker
+
+if TYPE_CHECKING:
+    import pytest
+
+# pytest itself is imported only where a hook needs it: the kit's spawned workers read the
+# option defaults below and must not pay for importing pytest.
+hookimpl = HookimplMarker("pytest")
 
 __all__ = [
     "DEFAULT_ENTRY_CLASS",
@@ -113,6 +120,7 @@ OPTIONS = (
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Declare every option in its command-line and ini spellings."""
     group = parser.getgroup("tokcap", "tokcap token-capture conformance kit")
     for option in OPTIONS:
         if option.multiple:
@@ -136,7 +144,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             parser.addini(option.ini, option.describe(), type="string", default="")
 
 
-@pytest.hookimpl(trylast=True)
+@hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Load the kit when the run names a target; stay inert otherwise."""
     targets = [_given(config, name) for name in _TARGETS]
@@ -166,6 +174,8 @@ def _refuse_shadowed(package: str) -> None:
         origin = spec.origin if spec is not None else None
     if origin is not None and Path(origin).resolve().parent == ours:
         return
+    import pytest
+
     found = origin or "nothing importable"
     raise pytest.UsageError(
         f"tokcap: the module {package!r} resolves to {found}, not to tokcap's {ours}; "

@@ -23,10 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tokcap_pytest import DEFAULT_TIMEOUTS
-
 __all__ = [
-    "DEFAULT_TIMEOUTS",
     "TRIPS",
     "Overrun",
     "Refused",

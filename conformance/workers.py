@@ -25,6 +25,7 @@ from typing import Any
 
 from conformance import deadline
 from conformance.secrecy import keep, scrub
+from tokcap_pytest import DEFAULT_TIMEOUTS
 
 __all__ = [
     "Child",
@@ -129,7 +130,7 @@ class Supervisor:
         watch = deadline.current_watch()
         if watch is not None and watch.abandoned is not None:
             raise watch.abandoned  # the check was given up on: it starts nothing more
-        self.seconds = watch.seconds if watch else deadline.DEFAULT_TIMEOUTS["ci"]
+        self.seconds = watch.seconds if watch else DEFAULT_TIMEOUTS["ci"]
         self.clause = watch.clause if watch else ""
         self.children: list[Child] = []
         self._context = multiprocessing.get_context("spawn")
