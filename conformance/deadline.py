@@ -17,8 +17,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -155,18 +154,16 @@ class Watch:
         self.abandoned: Overrun | None = None
         self._current: tuple[str, float] | None = None
 
-    @contextmanager
-    def call(self, names: list[str]) -> Iterator[None]:
-        """Mark a call that may use the operations ``names`` (refused if the breaker says so)."""
+    def call(self, names: list[str]) -> _Marked:
+        """Mark a call that may use the operations ``names`` (refused if the breaker says so).
+
+        Use as ``with watch.call(["put"]): ...``.
+        """
         __tracebackhide__ = True
         if self.abandoned is not None:
             raise self.abandoned
         breaker.check(names)
-        self._current = (names[0] if len(set(names)) == 1 else "", time.monotonic())
-        try:
-            yield
-        finally:
-            self._current = None
+        return _Marked(self, names[0] if len(set(names)) == 1 else "")
 
     def next_look(self) -> float:
         """Seconds until the call in progress, if any, overruns."""
@@ -199,6 +196,22 @@ class Watch:
         if loop is None:
             return ""
         return next((n for n in (operation_of(t.get_coro()) for t in _tasks(loop)) if n), "")
+
+
+class _Marked:
+    """The span of one marked call; a plain class, as it runs on every call of every check."""
+
+    __slots__ = ("name", "watch")
+
+    def __init__(self, watch: Watch, name: str) -> None:
+        self.watch = watch
+        self.name = name
+
+    def __enter__(self) -> None:
+        self.watch._current = (self.name, time.monotonic())
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.watch._current = None
 
 
 def _tasks(loop: asyncio.AbstractEventLoop) -> list[asyncio.Task[Any]]:

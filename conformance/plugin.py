@@ -12,7 +12,7 @@ import fnmatch
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -150,16 +150,21 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return lines
 
 
+@pytest.fixture(scope="session")
+def _tokcap_temp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Whatever a check or the target puts in a temporary directory lands in pytest's basetemp."""
+    before = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path_factory.mktemp("tokcap-tmp"))
+    yield
+    tempfile.tempdir = before
+
+
 @pytest.fixture
-def tokcap_run(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Callable[[Check], None]:
+def tokcap_run(request: pytest.FixtureRequest, _tokcap_temp: None) -> Callable[[Check], None]:
     """Run one registered check against the target named on the command line."""
     settings = request.config.stash.get(SETTINGS_KEY, None)
     if settings is None:
         pytest.fail("tokcap_run needs a target: pass --tokcap-sink=module:Class", pytrace=False)
-    # Whatever a check or the target puts in a temporary directory lands in pytest's basetemp.
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     def run(check: Check) -> None:
         __tracebackhide__ = True
