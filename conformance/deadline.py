@@ -37,7 +37,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-
 TRIPS = 2
 """Overruns of one operation after which the kit stops calling it for the rest of the run."""
 
@@ -99,7 +98,7 @@ breaker = Breaker()
 
 
 def operation_of(awaitable: Any) -> str:
-    """Name the implementation operation ``awaitable`` runs, as ``put``, or ``the call``.
+    """Name the implementation operation ``awaitable`` runs, as ``put``; ``""`` if unknown.
 
     The first coroutine in its await chain whose code is not the kit's own names it, so
     ``recorder.freeze(source, r)`` names ``freeze``.
@@ -133,7 +132,7 @@ def operations_of(awaitable: Any) -> list[str]:
 
 
 def label(name: str) -> str:
-    """How a message names an operation: ```put```, or a phrase as it is."""
+    """How a message names an operation: a method name in backquotes, a phrase as it is."""
     if not name:
         return "the call"
     return f"`{name}`" if name.isidentifier() else name
