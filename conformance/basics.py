@@ -41,7 +41,6 @@ from tokcap_spec.protocols import TokenSink, TokenSource, protocol_problems
 
 __all__ = ["construct", "first_broken", "freeze_elsewhere"]
 
-_ELSEWHERE_SECONDS = 60.0
 _VISIBILITY_ATTEMPTS = 3
 
 _outcomes: dict[int, tuple[KitSettings, ClauseViolation | None]] = {}
@@ -496,7 +495,10 @@ def freeze_elsewhere(kit: Kit, rollout: str) -> SnapshotView | BaseException:
 
     worker = threading.Thread(target=run, name="tokcap-fresh-source", daemon=True)
     worker.start()
-    worker.join(_ELSEWHERE_SECONDS)
+    worker.join(kit.settings.timeout)
     if found:
         return found[0]  # type: ignore[no-any-return]
-    return TimeoutError(f"the fresh source's freeze did not return within {_ELSEWHERE_SECONDS} s")
+    return TimeoutError(
+        f"the fresh source's freeze did not return within {kit.settings.timeout:g} s "
+        "(--tokcap-timeout)"
+    )

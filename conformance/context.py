@@ -1,8 +1,10 @@
 """The context one check runs in: fresh endpoints, unique rollout ids, entries, one event loop.
 
 A check is synchronous code. Endpoints it builds are wrapped so that ``sink.put(entry)``
-runs the implementation's coroutine to completion on the check's own event loop; every
-endpoint the kit builds is closed when the check ends, whatever happened.
+runs the implementation's coroutine to completion on the check's own event loop; each such
+call is marked on the check's :class:`conformance.deadline.Watch`, so that one outliving the
+run's deadline fails the check instead of hanging it. Every endpoint the kit builds is closed
+when the check ends, whatever happened.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import itertools
 import random
 import re
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from conformance.deadline import Overrun, Refused, Watch, current_watch, operations_of
 from conformance.entries import EntryFactory, load_entry_class
 from conformance.settings import KitSettings
 from conformance.violation import ClauseViolation, fail
@@ -24,11 +28,18 @@ from tokcap_spec.errors import EndpointError
 from tokcap_spec.protocols import TokenSink, TokenSource
 from tokcap_spec.redaction import redact
 
-__all__ = ["Endpoint", "Kit", "build_endpoint", "run_token"]
+__all__ = ["Endpoint", "Kit", "build_endpoint", "clause_of", "run_token"]
 
 T = TypeVar("T")
 
 _RUN_TOKEN = secrets.token_hex(4)
+_CLAUSE = re.compile(r"^(?:EXT-[A-Z]+|[A-Z]+)-\d+")
+
+
+def clause_of(check_id: str) -> str:
+    """Return the clause a check id such as ``PUT-1-durable-on-return`` judges."""
+    found = _CLAUSE.match(check_id)
+    return found.group(0) if found else check_id
 
 
 def run_token() -> str:
@@ -66,15 +77,16 @@ class Endpoint:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
-            result = method(*args, **kwargs)
-            if not inspect.isawaitable(result):
-                fail(
-                    "SHAPE-1",
-                    expected=f"{self.role}.{name}() to return an awaitable",
-                    observed=f"it returned {type(result).__name__}",
-                    hint="declare every protocol method with 'async def'",
-                )
-            return self._kit.run(result)
+            with self._kit.watch.call([name]):
+                result = method(*args, **kwargs)
+                if not inspect.isawaitable(result):
+                    fail(
+                        "SHAPE-1",
+                        expected=f"{self.role}.{name}() to return an awaitable",
+                        observed=f"it returned {type(result).__name__}",
+                        hint="declare every protocol method with 'async def'",
+                    )
+                return self._kit.loop.run_until_complete(_as_coroutine(result))
 
         return call
 
@@ -85,7 +97,9 @@ class Kit:
     def __init__(self, settings: KitSettings, check_id: str) -> None:
         self.settings = settings
         self.check_id = check_id
+        self.watch = current_watch() or Watch(settings.timeout, clause_of(check_id))
         self.loop = asyncio.new_event_loop()
+        self.watch.loop = self.loop
         self.random = random.Random(f"{settings.seed}:{check_id}")
         self.entries = EntryFactory(self.random, load_entry_class(settings.entry_class))
         self._opened: list[Endpoint] = []
@@ -110,16 +124,24 @@ class Kit:
         return f"tk-{run_token()}-{self._slug}-{label}-{next(self._counter)}"
 
     def run(self, awaitable: Awaitable[T]) -> T:
-        """Run ``awaitable`` to completion on this check's loop."""
-        return self.loop.run_until_complete(_as_coroutine(awaitable))
+        """Run ``awaitable`` to completion on this check's loop, within the deadline.
+
+        A call that overruns raises :class:`conformance.deadline.Overrun`.
+        """
+        __tracebackhide__ = True
+        with _discarded_unless_run([awaitable]), self.watch.call(operations_of(awaitable)):
+            return self.loop.run_until_complete(_as_coroutine(awaitable))
 
     def gather(self, *awaitables: Awaitable[Any]) -> list[Any]:
-        """Run several awaitables concurrently; exceptions are returned, not raised."""
+        """Run several awaitables concurrently, within one deadline; exceptions are returned."""
+        __tracebackhide__ = True
 
         async def together() -> list[Any]:
             return list(await asyncio.gather(*awaitables, return_exceptions=True))
 
-        return self.run(together())
+        names = [name for each in awaitables for name in operations_of(each)]
+        with _discarded_unless_run(awaitables), self.watch.call(names):
+            return self.loop.run_until_complete(together())
 
     def sink(self) -> Endpoint:
         """Build a fresh sink from the target string and kwargs."""
@@ -130,7 +152,9 @@ class Kit:
         return self._open(self.settings.source, dict(self.settings.source_kwargs), "source")
 
     def _open(self, target: str, kwargs: dict[str, Any], kind: str) -> Endpoint:
-        endpoint = Endpoint(self, build_endpoint(target, kwargs, kind), kind)
+        __tracebackhide__ = True
+        with self.watch.call([f"the constructor of {target}"]):
+            endpoint = Endpoint(self, build_endpoint(target, kwargs, kind), kind)
         self._opened.append(endpoint)
         return endpoint
 
@@ -139,24 +163,47 @@ class Kit:
         return redact(text, self.settings.secrets)
 
     def close(self) -> list[str]:
-        """Close every endpoint the check built (each once) and the loop; return close errors."""
+        """Close every endpoint the check built (each once) and the loop; return close errors.
+
+        Each close has the deadline too. Once the check was given up on for a call that
+        overran, nothing more is closed: the thread and what it holds are abandoned.
+        """
         errors = []
         seen: set[int] = set()
         for endpoint in self._opened:
             if id(endpoint.raw) in seen:
                 continue
             seen.add(id(endpoint.raw))
+            if self.watch.abandoned is not None:
+                errors.append(f"{endpoint.role} not closed: {self.watch.abandoned}")
+                continue
             try:
-                result = endpoint.raw.close()
-                if inspect.isawaitable(result):
-                    self.run(result)
+                with self.watch.call(["close"]):
+                    result = endpoint.raw.close()
+                    if inspect.isawaitable(result):
+                        self.loop.run_until_complete(_as_coroutine(result))
+            except (Overrun, Refused) as overrun:
+                errors.append(f"{endpoint.role}.close(): {overrun}")
             except Exception as exc:
                 errors.append(
                     self.redact(f"{endpoint.role}.close() raised {type(exc).__name__}: {exc}")
                 )
         self._opened.clear()
-        self.loop.close()
+        if self.watch.abandoned is None:
+            self.loop.close()
         return errors
+
+
+@contextmanager
+def _discarded_unless_run(awaitables: Iterable[Awaitable[Any]]) -> Iterator[None]:
+    """Close coroutines a refused call never started, so none is reported never awaited."""
+    try:
+        yield
+    except (Refused, Overrun):
+        for each in awaitables:
+            if inspect.iscoroutine(each) and inspect.getcoroutinestate(each) == "CORO_CREATED":
+                each.close()
+        raise
 
 
 async def _as_coroutine(awaitable: Awaitable[T]) -> T:

@@ -10,9 +10,11 @@ from pydantic import ValidationError
 
 from tokcap_spec.config import TOKEN_ID_CAPTURE_BLOCK, token_id_capture_config
 
-__all__ = ["global_config_from_file", "sink_from_gym_config"]
+__all__ = ["DIRECTORY_ONLY", "global_config_from_file", "sink_from_gym_config"]
 
 FILE_STORE_TARGET = "reference.file_store:FileTokenStore"
+DIRECTORY_ONLY = "directory_only"
+"""The key :func:`sink_from_gym_config` adds to mark kwargs derived from a bare ``dir``."""
 
 
 def global_config_from_file(path: Path) -> dict[str, Any]:
@@ -49,7 +51,8 @@ def sink_from_gym_config(path: Path) -> tuple[str, dict[str, Any]]:
     """Return the ``(target, kwargs)`` a serving process would build its sink from.
 
     With no ``sink`` configured the file store is in use: the target is the reference file
-    store rooted at the resolved directory.
+    store rooted at the resolved directory, and the kwargs carry :data:`DIRECTORY_ONLY` so that
+    the caller can judge it somewhere other than among the real captures.
     """
     global_config = global_config_from_file(path)
     try:
@@ -69,4 +72,4 @@ def sink_from_gym_config(path: Path) -> tuple[str, dict[str, Any]]:
     directory = config.resolved_dir()
     if directory is None:
         raise ValueError(f"{TOKEN_ID_CAPTURE_BLOCK} names neither a sink nor a directory")
-    return FILE_STORE_TARGET, {"root": str(directory)}
+    return FILE_STORE_TARGET, {"root": str(directory), DIRECTORY_ONLY: True}

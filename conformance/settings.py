@@ -9,12 +9,15 @@ in an error: they may hold credentials.
 from __future__ import annotations
 
 import json
+import math
 import os
-import tempfile
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from tokcap_pytest import DEFAULT_ENTRY_CLASS, DEFAULT_SEED, DEFAULT_TIMEOUTS, OPTIONS, Option
 
 __all__ = [
     "CAPABILITIES",
@@ -32,8 +35,6 @@ __all__ = [
 CAPABILITIES = ("no-delete", "process-local")
 FENCES = ("any", "strict")
 PROFILES = ("quick", "ci", "thorough")
-DEFAULT_SEED = 1729
-DEFAULT_ENTRY_CLASS = "tokcap_spec.records:TokenEntry"
 FILE_STORE_TARGET = "reference.file_store:FileTokenStore"
 
 
@@ -42,60 +43,13 @@ class SettingsError(ValueError):
 
 
 @dataclass(frozen=True)
-class Option:
-    """One kit option in its three spellings."""
-
-    name: str
-    help: str
-    multiple: bool = False
-
-    @property
-    def flag(self) -> str:
-        return f"--tokcap-{self.name}"
-
-    @property
-    def env(self) -> str:
-        return "TOKCAP_" + self.name.upper().replace("-", "_")
-
-    @property
-    def ini(self) -> str:
-        return "tokcap_" + self.name.replace("-", "_")
-
-
-OPTIONS = (
-    Option("sink", "the TokenSink to judge, as module.path:ClassName"),
-    Option(
-        "source", "the TokenSource to judge (default: the sink target, for one class that is both)"
-    ),
-    Option(
-        "sink-kwargs", "JSON object of keyword arguments for the sink; '{tmp_path}' is replaced"
-    ),
-    Option(
-        "source-kwargs", "JSON object of keyword arguments for the source (default: sink kwargs)"
-    ),
-    Option("config", "a Gym config file whose token_id_capture block names the sink"),
-    Option("fence", "the fence to require: any (strict or relaxed) or strict"),
-    Option("capability", "declare a capability: no-delete, process-local", multiple=True),
-    Option("seed", "seed of the generated entries (an integer)"),
-    Option("profile", "budget of the concurrency checks: quick, ci or thorough"),
-    Option("report", "write the JSON conformance report to this path"),
-    Option("report-md", "write the conformance report as a markdown table to this path"),
-    Option(
-        "entry-class",
-        "the record class the kit builds the entries it puts with, as module.path:ClassName "
-        "(default: tokcap_spec.records:TokenEntry)",
-    ),
-)
-
-
-@dataclass(frozen=True)
 class KitSettings:
     """The resolved target and the rules it is judged by. Immutable for the whole run."""
 
     sink: str
-    sink_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    sink_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
     source: str = ""
-    source_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    source_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
     fence: Literal["any", "strict"] = "any"
     capabilities: frozenset[str] = frozenset()
     seed: int = DEFAULT_SEED
@@ -104,11 +58,22 @@ class KitSettings:
     report_md: Path | None = None
     config: Path | None = None
     entry_class: str = DEFAULT_ENTRY_CLASS
+    timeout: float = DEFAULT_TIMEOUTS["ci"]
+    """Seconds any one call into the implementation may take."""
 
     def __post_init__(self) -> None:
         if not self.source:
             object.__setattr__(self, "source", self.sink)
             object.__setattr__(self, "source_kwargs", self.sink_kwargs)
+
+    @property
+    def judged_directory(self) -> Path | None:
+        """The folder the kit made inside a Gym config's bare ``dir``, removed after the run."""
+        root = self.sink_kwargs.get("root")
+        if self.config is None or not isinstance(root, str):
+            return None
+        path = Path(root)
+        return path if path.name.startswith(".tokcap-conformance-") else None
 
     @property
     def secrets(self) -> dict[str, Any]:
@@ -123,10 +88,14 @@ class KitSettings:
 Lookup = Callable[[Option], "tuple[str | list[str] | None, str]"]
 
 
-def resolve_settings(cli: Lookup, env: Mapping[str, str], ini: Lookup) -> KitSettings | None:
+def resolve_settings(
+    cli: Lookup, env: Mapping[str, str], ini: Lookup, scratch: Callable[[], Path]
+) -> KitSettings | None:
     """Resolve every option (CLI, then environment, then ini); None when no target is given.
 
     ``cli`` and ``ini`` return ``(value, where)``; a value of None or ``[]`` means not given.
+    ``scratch`` makes the directory ``{tmp_path}`` stands for; it is called only when a kwarg
+    uses it.
     """
     raw: dict[str, tuple[Any, str]] = {}
     for option in OPTIONS:
@@ -142,7 +111,7 @@ def resolve_settings(cli: Lookup, env: Mapping[str, str], ini: Lookup) -> KitSet
                 f"--tokcap-source (from {where}) needs --tokcap-sink or --tokcap-config"
             )
         return None
-    return _build(raw)
+    return _build(raw, _Scratch(scratch))
 
 
 def _from_env(option: Option, env: Mapping[str, str]) -> tuple[str | list[str] | None, str]:
@@ -156,8 +125,21 @@ def _from_env(option: Option, env: Mapping[str, str]) -> tuple[str | list[str] |
     return value, f"environment variable {option.env}"
 
 
-def _build(raw: dict[str, tuple[Any, str]]) -> KitSettings:
-    tmp_root = Path(tempfile.mkdtemp(prefix="tokcap-"))
+class _Scratch:
+    """The ``{tmp_path}`` directory, made on first use."""
+
+    def __init__(self, make: Callable[[], Path]) -> None:
+        self._make = make
+        self._path: Path | None = None
+
+    def __str__(self) -> str:
+        if self._path is None:
+            self._path = self._make()
+        return str(self._path)
+
+
+def _build(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
+    profile = _choice(raw, "profile", PROFILES, "ci")
     sink, sink_kwargs, config_path = _sink_target(raw, tmp_root)
     source = _target(raw, "source") if "source" in raw else ""
     source_kwargs = (
@@ -171,27 +153,31 @@ def _build(raw: dict[str, tuple[Any, str]]) -> KitSettings:
         fence=_choice(raw, "fence", FENCES, "any"),  # type: ignore[arg-type]
         capabilities=_capabilities(raw),
         seed=_seed(raw),
-        profile=_choice(raw, "profile", PROFILES, "ci"),
+        profile=profile,
         report=_path(raw, "report"),
         report_md=_path(raw, "report-md"),
         config=config_path,
         entry_class=_entry_class(raw),
+        timeout=_timeout(raw, profile),
     )
 
 
 def _sink_target(
-    raw: dict[str, tuple[Any, str]], tmp_root: Path
+    raw: dict[str, tuple[Any, str]], tmp_root: _Scratch
 ) -> tuple[str, dict[str, Any], Path | None]:
     if "sink" in raw:
         return _target(raw, "sink"), _kwargs(raw, "sink-kwargs", tmp_root), None
     value, where = raw["config"]
-    from conformance.gym_config import sink_from_gym_config
+    from conformance.gym_config import DIRECTORY_ONLY, sink_from_gym_config
 
     path = Path(value)
     try:
         target, kwargs = sink_from_gym_config(path)
     except (OSError, ValueError) as exc:
         raise SettingsError(f"--tokcap-config={value!r} (from {where}): {exc}") from None
+    if kwargs.pop(DIRECTORY_ONLY, False):
+        # Test rollouts never go among real captures: a fresh folder inside, removed at the end.
+        kwargs["root"] = str(Path(kwargs["root"]) / f".tokcap-conformance-{uuid.uuid4().hex[:12]}")
     return target, _substitute(kwargs, tmp_root), path
 
 
@@ -205,7 +191,7 @@ def _target(raw: dict[str, tuple[Any, str]], name: str) -> str:
     return str(value)
 
 
-def _kwargs(raw: dict[str, tuple[Any, str]], name: str, tmp_root: Path) -> dict[str, Any]:
+def _kwargs(raw: dict[str, tuple[Any, str]], name: str, tmp_root: _Scratch) -> dict[str, Any]:
     if name not in raw:
         return {}
     value, where = raw[name]
@@ -226,10 +212,10 @@ def _kwargs(raw: dict[str, tuple[Any, str]], name: str, tmp_root: Path) -> dict[
     return substituted
 
 
-def _substitute(data: Any, tmp_root: Path) -> Any:
+def _substitute(data: Any, tmp_root: _Scratch) -> Any:
     """Replace ``{tmp_path}`` in every string by a fresh directory made for this run."""
     if isinstance(data, str):
-        return data.replace("{tmp_path}", str(tmp_root))
+        return data.replace("{tmp_path}", str(tmp_root)) if "{tmp_path}" in data else data
     if isinstance(data, dict):
         return {key: _substitute(value, tmp_root) for key, value in data.items()}
     if isinstance(data, list):
@@ -293,3 +279,18 @@ def _entry_class(raw: dict[str, tuple[Any, str]]) -> str:
             f"--tokcap-entry-class={target!r} (from {raw['entry-class'][1]}): {exc}"
         ) from None
     return target
+
+
+def _timeout(raw: dict[str, tuple[Any, str]], profile: str) -> float:
+    if "timeout" not in raw:
+        return DEFAULT_TIMEOUTS[profile]
+    value, where = raw["timeout"]
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise SettingsError(
+            f"--tokcap-timeout={value!r} (from {where}) must be a positive number of seconds"
+        )
+    return seconds

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -22,8 +21,9 @@ from typing import Any, Literal, TypeVar
 
 from conformance.history.events import Event, Kind, Pair, digest
 from conformance.reading import entry_view, read_snapshot
+from conformance.secrecy import keep, scrub
 from conformance.settings import DEFAULT_ENTRY_CLASS
-from conformance.workers import WORKER_TIMEOUT
+from conformance.workers import STRAGGLE, Progress, Supervisor, breaker_check, constructor
 
 __all__ = ["Action", "Lane", "Recorder", "Target", "Workload"]
 
@@ -62,11 +62,15 @@ class Target:
     """What every lane builds: the sink and source targets with their kwargs."""
 
     sink: str
-    sink_kwargs: dict[str, Any]
+    sink_kwargs: dict[str, Any] = field(repr=False)
     source: str
-    source_kwargs: dict[str, Any]
+    source_kwargs: dict[str, Any] = field(repr=False)
     entry_class: str = DEFAULT_ENTRY_CLASS
     """The class a lane builds each put's entry with, from the payload's fields."""
+
+
+_OPERATION = {"put": "put", "mark": "mark_incomplete", "begin": "begin_call"}
+_OPERATION.update(freeze="freeze", drop="drop")
 
 
 @dataclass
@@ -74,23 +78,28 @@ class Recorder:
     """Runs operations on endpoints and logs each one as an :class:`Event` of one lane.
 
     Errors are logged as ``fail`` outcomes, never raised: the checker decides whether the
-    contract allowed them.
+    contract allowed them. Their text is stripped of the run's secrets. In a spawned lane,
+    ``progress`` tells the parent which call the lane is in.
     """
 
     lane: str
     events: list[Event] = field(default_factory=list)
     frozen: dict[str, Pair] = field(default_factory=dict)
     """The pair of this lane's latest successful freeze, per rollout."""
+    progress: Progress | None = None
 
     async def _record(
         self, kind: Kind, rollout_id: str, call: Callable[[], Awaitable[T]], **fields: Any
     ) -> tuple[T | None, Event]:
+        if self.progress is not None:
+            self.progress.call(_OPERATION[kind], f"step {len(self.events) + 1} of {self.lane}")
         invoke = time.monotonic_ns()
         try:
             value: T | None = await call()
         except Exception as exc:
             value = None
-            fields.update(outcome="fail", error=f"{type(exc).__name__}: {str(exc)[:160]}")
+            error = scrub(f"{type(exc).__name__}: {exc}")
+            fields.update(outcome="fail", error=error[:200])
         complete = time.monotonic_ns()
         fields.setdefault("outcome", "ok")
         event = Event(self.lane, len(self.events), kind, rollout_id, invoke, complete, **fields)
@@ -155,47 +164,50 @@ class Recorder:
 
 
 def _lane_main(
-    target: Target, lane: Lane, barrier: Any, progress: Any, ready: Any, conn: Connection
+    target: Target, lane: Lane, barrier: Any, steps: Any, ready: Any, conn: Connection
 ) -> None:
     from conformance.context import build_endpoint
     from conformance.entries import load_entry_class
 
+    keep(target.sink_kwargs)
+    keep(target.source_kwargs)
+    progress = Progress(conn)
     kinds = {action.kind for action in lane.actions}
     try:
         build = load_entry_class(target.entry_class)
-        writes = kinds & {"put", "mark"}
-        sink = build_endpoint(target.sink, target.sink_kwargs, "sink") if writes else None
-        reads = kinds & {"freeze", "drop", "retire"}
-        source = build_endpoint(target.source, target.source_kwargs, "source") if reads else None
+        sink = source = None
+        if kinds & {"put", "mark"}:
+            progress.call(constructor(target.sink))
+            sink = build_endpoint(target.sink, target.sink_kwargs, "sink")
+        if kinds & {"freeze", "drop", "retire"}:
+            progress.call(constructor(target.source))
+            source = build_endpoint(target.source, target.source_kwargs, "source")
     except Exception as exc:
         barrier.abort()
-        conn.send(([], f"{lane.name} could not build its endpoints: {type(exc).__name__}: {exc}"))
+        error = scrub(f"{type(exc).__name__}: {exc}")
+        progress.result(([], f"{lane.name} could not build its endpoints: {error}"))
         return
+    progress.ready()
     try:
-        barrier.wait(timeout=WORKER_TIMEOUT)
+        barrier.wait(timeout=STRAGGLE)
     except Exception:
-        conn.send(([], ""))  # Another lane failed to build and says so.
+        progress.result(([], ""))  # Another lane failed to build and says so.
         return
 
     def advance() -> None:
         with ready:
-            progress.value += 1
-            ready.notify_all()
-
-    def release_everyone() -> None:
-        # A lane that stops early must not leave the others waiting for writes it will not make.
-        with ready:
-            progress.value = 2**62
+            steps.value += 1
             ready.notify_all()
 
     async def run() -> list[Event]:
-        recorder = Recorder(lane.name)
+        recorder = Recorder(lane.name, progress=progress)
         try:
             for action in lane.actions:
                 if action.kind == "wait":
+                    progress.idle()
                     with ready:
                         goal = action.count
-                        ready.wait_for(lambda: progress.value >= goal, WORKER_TIMEOUT)  # noqa: B023
+                        ready.wait_for(lambda: steps.value >= goal, STRAGGLE)  # noqa: B023
                 elif action.kind == "signal":
                     advance()
                 elif action.kind == "put":
@@ -215,78 +227,85 @@ def _lane_main(
         finally:
             for endpoint in (sink, source):
                 if endpoint is not None:
+                    progress.call("close")
                     await endpoint.close()
         return recorder.events
 
     try:
-        conn.send((asyncio.run(run()), ""))
+        progress.result((asyncio.run(run()), ""))
     except Exception as exc:
-        release_everyone()
-        conn.send(([], f"{lane.name} stopped: {type(exc).__name__}: {exc}"))
+        with ready:
+            # A lane that stops early must not leave the others waiting for its writes.
+            steps.value = 2**62
+            ready.notify_all()
+        progress.result(([], scrub(f"{lane.name} stopped: {type(exc).__name__}: {exc}")))
+
+
+_NEEDS: dict[str, tuple[str, ...]] = {"put": ("put",), "mark": ("mark_incomplete",)}
+_NEEDS.update(freeze=("freeze",), drop=("drop",), retire=("freeze", "drop"))
 
 
 class Workload:
-    """Lanes running at once, each in its own spawned interpreter.
+    """Lanes running at once, each in its own spawned interpreter, watched together.
 
     :meth:`start` returns once every lane has built its endpoints; the lanes then run while
     this process does its own operations; :meth:`finish` collects every lane's events and
-    every lane that failed to build, stopped or hung.
+    every lane that failed to build, stopped, died or overran the deadline in force. The first
+    lane that overruns or dies stops every other lane: the history is incomplete anyway.
     """
 
     def __init__(self, target: Target, lanes: list[Lane]) -> None:
         self.target = target
         self.lanes = lanes
-        context = multiprocessing.get_context("spawn")
-        self._context = context
+        self._supervisor = Supervisor(on_problem=self._stop)
+        context = self._supervisor.context
         self._barrier = context.Barrier(len(lanes) + 1)
-        self._progress = context.Value("q", 0)
+        # No lock of its own: lanes change it under ``ready``, and a lane killed mid-update must
+        # not leave a lock the parent's reads would wait on forever.
+        self._steps = context.Value("q", 0, lock=False)
         self._ready = context.Condition()
-        self._running: list[tuple[Lane, Any, Connection]] = []
+
+    def _stop(self, supervisor: Supervisor) -> None:
+        supervisor.stop_all("another lane overran or died")
+        self._barrier.abort()
 
     def start(self) -> None:
         """Spawn every lane and wait until all of them have built their endpoints."""
+        needs = {
+            name for lane in self.lanes for a in lane.actions for name in _NEEDS.get(a.kind, ())
+        }
+        breaker_check(needs | {constructor(self.target.sink), constructor(self.target.source)})
         for lane in self.lanes:
-            receive, send = self._context.Pipe(duplex=False)
-            process = self._context.Process(
-                target=_lane_main,
-                args=(self.target, lane, self._barrier, self._progress, self._ready, send),
-                daemon=True,
+            self._supervisor.spawn(
+                lane.name, _lane_main, self.target, lane, self._barrier, self._steps, self._ready
             )
-            process.start()
-            send.close()
-            self._running.append((lane, process, receive))
-        try:
-            self._barrier.wait(timeout=WORKER_TIMEOUT)
-        except Exception:
-            return  # A lane that failed to build reports why in finish().
+        children = self._supervisor.children
+        self._supervisor.watch(until=lambda: all(child.ready or child.over for child in children))
+        if all(child.ready for child in children):
+            try:
+                self._barrier.wait(timeout=STRAGGLE)
+            except Exception:
+                return  # A lane that failed to build reports why in finish().
+        else:
+            self._barrier.abort()
 
     def wait_for(self, writes: int) -> None:
         """Block until the lanes together have made ``writes`` steps (writes and signals).
 
-        Returns at once when a lane failed to build, since then no lane runs.
+        Returns at once when a lane failed to build, since then no lane runs, and as soon as
+        every lane is over.
         """
         if self._barrier.broken:
             return
-        with self._ready:
-            self._ready.wait_for(lambda: self._progress.value >= writes, WORKER_TIMEOUT)
+        self._supervisor.watch(until=lambda: self._steps.value >= writes)
 
     def finish(self) -> tuple[list[Event], list[str]]:
         """Wait for every lane; return all events and a line per lane that went wrong."""
         events: list[Event] = []
         problems: list[str] = []
-        for lane, process, receive in self._running:
-            if receive.poll(WORKER_TIMEOUT):
-                try:
-                    lane_events, problem = receive.recv()
-                except EOFError:
-                    lane_events, problem = [], f"{lane.name} died without reporting"
-            else:
-                lane_events, problem = [], f"{lane.name} reported nothing in {WORKER_TIMEOUT:.0f}s"
+        for child in self._supervisor.finish():
+            lane_events, problem = child.result if child.reported else ([], child.problem)
             events.extend(lane_events)
             if problem:
                 problems.append(problem)
-            process.join(timeout=10)
-            if process.is_alive():
-                process.kill()
-                process.join()
         return events, problems

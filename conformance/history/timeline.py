@@ -2,7 +2,8 @@
 
 Each operation is a bar from its invocation to its completion, coloured by kind; freezes and
 drops stand out, and the operations of the witness are outlined in red and listed below the
-drawing. Hovering a bar shows what the operation returned. The page needs no network.
+drawing. Hovering a bar shows what the operation returned. The page needs no network, and
+holds none of the run's secrets.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from conformance.history.checker import Verdict
 from conformance.history.events import Event
+from conformance.secrecy import scrub
 
 __all__ = ["render", "write_timeline"]
 
@@ -76,5 +78,5 @@ def render(events: Iterable[Event], verdict: Verdict, title: str) -> str:
 def write_timeline(path: Path, events: Iterable[Event], verdict: Verdict, title: str) -> Path:
     """Write the page to ``path`` (creating its folder) and return the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(events, verdict, title), encoding="utf-8")
+    path.write_text(scrub(render(events, verdict, title)), encoding="utf-8")
     return path

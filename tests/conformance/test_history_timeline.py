@@ -41,3 +41,18 @@ class TestRender:
         assert "http://www.w3.org/2000/svg" in text
         assert "src=" not in text
         assert "<link" not in text
+
+
+def test_timeline_holds_no_secret(tmp_path: Path) -> None:
+    """An error quoting a kwarg value of the run is masked in the written page."""
+    from conformance.secrecy import keep
+
+    keep({"password": "timeline-secret-pw"})
+    failing = Event(
+        "writer-0", 1, "put", "r", 1, 2, "fail", call_id="c", error="AUTH timeline-secret-pw"
+    )
+    events = [*HISTORY, failing]
+    path = write_timeline(tmp_path / "t.html", events, check_history(events, Rules()), "run")
+    page = path.read_text(encoding="utf-8")
+    assert "timeline-secret-pw" not in page
+    assert "AUTH ***" in page

@@ -52,11 +52,11 @@ class TestInert:
         assert "tokcap:" not in result.stdout.str()
         assert "tokcap conformance" not in result.stdout.str()
 
-    def test_importing_the_plugin_loads_nothing_heavy(self) -> None:
-        """Loading the plugin imports neither pydantic nor hypothesis nor the checks."""
+    def test_importing_the_entry_point_loads_nothing_of_the_project(self) -> None:
+        """The entry point imports none of tokcap's packages, nor pydantic or hypothesis."""
         code = (
-            "import sys, conformance.plugin\n"
-            "names = ('pydantic', 'hypothesis', 'conformance.checks')\n"
+            "import sys, tokcap_pytest\n"
+            "names = ('pydantic', 'hypothesis', 'conformance', 'reference', 'tokcap_spec')\n"
             "heavy = [m for m in names if m in sys.modules]\n"
             "print(heavy)\n"
         )
@@ -83,10 +83,16 @@ class TestCollection:
         result.assert_outcomes(passed=1)
 
     def test_works_when_loaded_with_dash_p(self, pytester: pytest.Pytester) -> None:
-        """The plugin also works when named with -p instead of its entry point."""
-        result = run(
-            pytester, "-p", "no:tokcap", "-p", "conformance.plugin", MEMORY, LOCAL, "-k", "FREEZE-4"
-        )
+        """-p tokcap_pytest works beside the installed entry point of the same name."""
+        result = run(pytester, "-p", "tokcap_pytest", MEMORY, LOCAL, "-k", "FREEZE-4")
+        result.assert_outcomes(passed=1)
+
+    def test_works_with_plugin_autoload_off(
+        self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With entry points disabled, -p tokcap_pytest alone loads the kit."""
+        monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+        result = run(pytester, "-p", "tokcap_pytest", MEMORY, LOCAL, "-k", "FREEZE-4")
         result.assert_outcomes(passed=1)
 
     def test_junitxml_carries_the_kit_tests(self, pytester: pytest.Pytester) -> None:
@@ -95,6 +101,26 @@ class TestCollection:
         assert result.ret == 0
         xml = (pytester.path / "out.xml").read_text()
         assert 'name="test_freeze[FREEZE-2-idempotent]"' in xml
+
+
+class TestHelpAndCollectOnly:
+    def test_help_shows_each_default_and_environment_variable(
+        self, pytester: pytest.Pytester
+    ) -> None:
+        """pytest --help lists every kit option with its default and environment variable."""
+        from tokcap_pytest import OPTIONS
+
+        text = " ".join(run(pytester, "--help").stdout.str().split())
+        for option in OPTIONS:
+            assert option.flag in text
+            assert f"default: {option.default}; env {option.env}, ini {option.ini}" in text
+
+    def test_collect_only_prints_no_verdict(self, pytester: pytest.Pytester) -> None:
+        """--co lists the checks and prints no conformance summary."""
+        result = run(pytester, MEMORY, LOCAL, "--co", "-q")
+        assert result.ret == 0
+        assert "tokcap conformance" not in result.stdout.str()
+        assert "clauses:" not in result.stdout.str()
 
 
 class TestHeaderAndSettings:
@@ -140,12 +166,15 @@ class TestVerdicts:
         spawn = ("SPAWN-1", "SPAWN-2", "SPAWN-3", "SPAWN-4")
         assert {outcomes[c] for c in spawn} == {"not-claimed"}
         assert "failed" not in outcomes.values()
+        tokcap = {"name": "tokcap", "version": report["kit_version"]}
         assert report["target"] == {
             "sink": "reference.memory_store:MemoryTokenStore",
             "source": "reference.memory_store:MemoryTokenStore",
             "capabilities": ["process-local"],
             "fence": "any",
             "observed_fence": "strict",
+            "entry_class": "tokcap_spec.records:TokenEntry",
+            "distributions": {"sink": tokcap, "source": tokcap},
         }
         assert "| SPAWN-1 | not-claimed |" in (pytester.path / "r.md").read_text()
         result.stdout.fnmatch_lines(["SPAWN * 0 * 0 * 0 * 4", "clauses: * passed, 0 failed*"])

@@ -22,8 +22,15 @@ def resolve(
     cli: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
     ini: dict[str, Any] | None = None,
+    scratch: Path | None = None,
 ) -> Any:
-    return resolve_settings(lookup(cli or {}, "cli"), env or {}, lookup(ini or {}, "ini"))
+    def make() -> Path:
+        if scratch is None:
+            raise AssertionError("the scratch directory was made though no kwarg uses it")
+        scratch.mkdir()
+        return scratch
+
+    return resolve_settings(lookup(cli or {}, "cli"), env or {}, lookup(ini or {}, "ini"), make)
 
 
 class TestResolveSettings:
@@ -53,14 +60,37 @@ class TestResolveSettings:
             frozenset(),
         )
 
-    def test_tmp_path_is_substituted_in_kwargs(self) -> None:
-        """'{tmp_path}' in any kwarg string becomes an existing fresh directory."""
+    def test_tmp_path_is_substituted_in_kwargs(self, tmp_path: Path) -> None:
+        """'{tmp_path}' in any kwarg string becomes the scratch directory the caller made."""
         settings = resolve(
-            cli={"sink": "m:C", "sink-kwargs": '{"root": "{tmp_path}/x", "l": ["{tmp_path}"]}'}
+            cli={"sink": "m:C", "sink-kwargs": '{"root": "{tmp_path}/x", "l": ["{tmp_path}"]}'},
+            scratch=tmp_path / "scratch",
         )
-        root = Path(settings.sink_kwargs["l"][0])
-        assert root.is_dir()
-        assert settings.sink_kwargs["root"] == f"{root}/x"
+        assert settings.sink_kwargs["l"] == [str(tmp_path / "scratch")]
+        assert settings.sink_kwargs["root"] == f"{tmp_path / 'scratch'}/x"
+        assert (tmp_path / "scratch").is_dir()
+
+    def test_no_scratch_directory_without_tmp_path(self) -> None:
+        """Kwargs that do not use '{tmp_path}' make no directory at all."""
+        settings = resolve(cli={"sink": "m:C", "sink-kwargs": '{"root": "/data"}'})
+        assert settings.sink_kwargs == {"root": "/data"}
+
+    @pytest.mark.parametrize(
+        ("profile", "seconds"), [("quick", 30.0), ("ci", 30.0), ("thorough", 120.0)]
+    )
+    def test_timeout_defaults_scale_with_the_profile(self, profile: str, seconds: float) -> None:
+        """Without --tokcap-timeout each profile has its own deadline per call."""
+        assert resolve(cli={"sink": "m:C", "profile": profile}).timeout == seconds
+
+    def test_timeout_from_the_environment(self) -> None:
+        """TOKCAP_TIMEOUT sets the deadline in seconds, fractions allowed."""
+        assert resolve(cli={"sink": "m:C"}, env={"TOKCAP_TIMEOUT": "2.5"}).timeout == 2.5
+
+    @pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf"])
+    def test_unusable_timeout_is_refused(self, value: str) -> None:
+        """A deadline that is not a positive finite number is refused naming its source."""
+        with pytest.raises(SettingsError, match=r"--tokcap-timeout=.* \(from cli\) must be"):
+            resolve(cli={"sink": "m:C", "timeout": value})
 
     def test_capabilities_accept_commas_and_repeats(self) -> None:
         """Capabilities may be repeated or comma-separated."""
@@ -115,12 +145,22 @@ class TestResolveSettings:
         )
 
     def test_gym_config_without_sink_uses_the_file_store(self, tmp_path: Path) -> None:
-        """A config that enables capture with only a dir judges the reference file store there."""
+        """A config with only a dir judges the file store in a fresh folder inside that dir."""
         path = tmp_path / "gym.yaml"
         path.write_text(f"token_id_capture:\n  enabled: true\n  dir: {tmp_path}/store\n")
         settings = resolve(cli={"config": str(path)})
         assert settings.sink == "reference.file_store:FileTokenStore"
-        assert settings.sink_kwargs == {"root": f"{tmp_path}/store"}
+        root = Path(settings.sink_kwargs["root"])
+        assert root.parent == tmp_path / "store"
+        assert root.name.startswith(".tokcap-conformance-")
+        assert settings.judged_directory == root
+
+    def test_gym_config_with_a_sink_is_judged_where_it_points(self, tmp_path: Path) -> None:
+        """A config naming its sink has no folder of the kit's to remove."""
+        path = tmp_path / "gym.yaml"
+        block = {"enabled": True, "sink": "m:C", "sink_kwargs": {"root": str(tmp_path)}}
+        path.write_text(json.dumps({"token_id_capture": block}))
+        assert resolve(cli={"config": str(path)}).judged_directory is None
 
     @pytest.mark.parametrize(
         ("text", "expected"),

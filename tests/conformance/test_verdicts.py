@@ -76,7 +76,7 @@ class TestBlocked:
         failed = sorted(c for c, e in clauses.items() if e["outcome"] == "failed")
         assert failed == ["SHAPE-1"]
         assert clauses["PUT-1"]["outcome"] == "blocked"
-        assert clauses["PUT-1"]["blocked_by"] == ["SHAPE-1"]
+        assert clauses["PUT-1"]["blocked_by"] == "SHAPE-1"
         assert "SKIPPED" in output
         assert "blocked by SHAPE-1" in output
 

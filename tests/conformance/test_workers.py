@@ -1,0 +1,123 @@
+"""Spawned workers and lanes under the deadline: one that hangs is killed and reported with its
+call, one that dies with its call and signal, and nothing waits for them."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conformance import secrecy
+from conformance.deadline import Watch, breaker, watched
+from conformance.entries import EntryFactory
+from conformance.history.record import Action, Lane, Recorder, Target, Workload
+from conformance.workers import Operation, WorkerOutcome, WorkerPlan, run_workers
+
+SINKS = """
+import os, signal, threading
+from reference import FileTokenStore
+
+class Hangs(FileTokenStore):
+    async def put(self, entry):
+        threading.Event().wait()
+
+class Dies(FileTokenStore):
+    async def put(self, entry):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+class Quotes(FileTokenStore):
+    async def put(self, entry):
+        raise ConnectionError("AUTH quoted-secret-value rejected")
+"""
+DEADLINE = 1.0
+
+
+@pytest.fixture(autouse=True)
+def _fresh_breaker() -> Iterator[None]:
+    """Each test starts with no operation stopped, as each run of the kit does."""
+    breaker.reset()
+    yield
+    breaker.reset()
+
+
+@pytest.fixture
+def sinks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A module of misbehaving sinks, importable here and in spawned children."""
+    folder = tmp_path / "sinks"
+    folder.mkdir()
+    (folder / "misbehaving.py").write_text(textwrap.dedent(SINKS))
+    monkeypatch.syspath_prepend(str(folder))
+    return tmp_path
+
+
+def put(rollout: str, call: str) -> bytes:
+    entry = EntryFactory(random.Random(call)).entry(rollout, call, prompt_len=2, generation_len=1)
+    return entry.to_json_bytes()
+
+
+def workers(sink: str, root: Path, count: int = 1) -> list[WorkerOutcome]:
+    plan = WorkerPlan(
+        f"misbehaving:{sink}",
+        {"root": str(root)},
+        (Operation("put", put("r", "a")), Operation("put", put("r", "b"))),
+    )
+    return watched(lambda: run_workers([plan] * count), Watch(DEADLINE, "SPAWN-1"))
+
+
+class TestRunWorkers:
+    def test_a_worker_whose_put_hangs_is_reported_with_the_call(self, sinks: Path) -> None:
+        """Each hanging worker is killed and reported hung in put, its operation numbered."""
+        outcomes = workers("Hangs", sinks, count=2)
+        assert [outcome.stage for outcome in outcomes] == ["hung", "hung"]
+        for number, outcome in enumerate(outcomes):
+            assert outcome.error == (
+                f"spawned worker {number}: `put` did not return within 1 s (operation 1 of 2)"
+            )
+            assert outcome.acked == 0
+
+    def test_a_worker_that_dies_is_reported_with_its_call_and_signal(self, sinks: Path) -> None:
+        """A worker killed during put reads as dying there, not as failing to build."""
+        (outcome,) = workers("Dies", sinks)
+        assert outcome.stage == "operation"
+        assert outcome.error == (
+            "spawned worker 0 died during `put` (operation 1 of 2): killed by signal SIGKILL"
+        )
+
+
+class TestWorkload:
+    def test_a_hanging_lane_stops_every_lane_and_is_named(self, sinks: Path) -> None:
+        """A lane stuck in put is killed; the lane waiting for its writes is stopped too."""
+        kwargs = {"root": str(sinks)}
+        target = Target("misbehaving:Hangs", kwargs, "misbehaving:Hangs", kwargs)
+        writer = Lane("writer", (Action("put", "r", "a", put("r", "a")),))
+        reader = Lane("reader", (Action("wait", count=1), Action("freeze", "r")))
+
+        def record() -> tuple[list[object], list[str]]:
+            workload = Workload(target, [writer, reader])
+            workload.start()
+            workload.wait_for(1)
+            events, problems = workload.finish()
+            return list(events), problems
+
+        events, problems = watched(record, Watch(DEADLINE, "FREEZE-5"))
+        assert events == []
+        assert problems == [
+            "writer: `put` did not return within 1 s (step 1 of writer)",
+            "reader stopped: another lane overran or died",
+        ]
+
+
+def test_recorded_errors_carry_no_secret(sinks: Path) -> None:
+    """An error the implementation quotes a kwarg value in is logged masked."""
+    import misbehaving
+
+    secrecy.keep({"password": "quoted-secret-value"})
+    recorder = Recorder("here")
+    sink = misbehaving.Quotes(root=str(sinks))
+    event = asyncio.run(recorder.put(sink, put("r", "a")))
+    assert event.outcome == "fail"
+    assert event.error == "ConnectionError: AUTH *** rejected"
