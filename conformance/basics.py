@@ -43,26 +43,32 @@ __all__ = ["construct", "first_broken", "freeze_elsewhere"]
 
 _VISIBILITY_ATTEMPTS = 3
 
-_outcomes: dict[int, tuple[KitSettings, ClauseViolation | None]] = {}
+_outcomes: dict[tuple[int, str], tuple[KitSettings, ClauseViolation | None]] = {}
 
 
-def first_broken(settings: KitSettings) -> ClauseViolation | None:
-    """Return the violation of the first basic that breaks for the target, or None."""
-    known = _outcomes.get(id(settings))
-    if known is not None and known[0] is settings:
-        return known[1]
-    found = None
-    for basic in _BASICS:
-        # A kit of its own for each: endpoints one basic left open never hinder the next.
-        kit = Kit(settings, f"basics-{basic.__name__.strip('_')}")
-        try:
-            found = _broken(kit, basic)
-        finally:
-            kit.close()
-        if found is not None:
-            break
-    _outcomes[id(settings)] = (settings, found)
-    return found
+STRUCTURAL = frozenset({"SHAPE-1", "SHAPE-2", "BUILD-1", "BUILD-2"})
+"""Clauses about what the target is, not what it does: only the shape and build basics apply."""
+
+
+def first_broken(settings: KitSettings, clause: str = "") -> ClauseViolation | None:
+    """Return the violation of the first basic that breaks for the target, or None.
+
+    For a ``clause`` in :data:`STRUCTURAL` only the basics of shape and construction count.
+    """
+    basics = _BASICS[:2] if clause in STRUCTURAL else _BASICS
+    for basic in basics:
+        known = _outcomes.get((id(settings), basic.__name__))
+        if known is None or known[0] is not settings:
+            # A kit of its own for each: endpoints one basic left open never hinder the next.
+            kit = Kit(settings, f"basics-{basic.__name__.strip('_')}")
+            try:
+                known = (settings, _broken(kit, basic))
+            finally:
+                kit.close()
+            _outcomes[(id(settings), basic.__name__)] = known
+        if known[1] is not None:
+            return known[1]
+    return None
 
 
 def _broken(kit: Kit, basic: Callable[[Kit], None]) -> ClauseViolation | None:

@@ -76,7 +76,7 @@ def run_check(settings: KitSettings, check: Check) -> dict[str, str]:
 
 def _judged(settings: KitSettings, check: Check, violation: ClauseViolation) -> Exception:
     """Return what a check's violation means: its failure, or blocked by a more basic clause."""
-    basic = first_broken(settings)
+    basic = first_broken(settings, check.clause)
     if basic is not None and basic.clause != violation.clause:
         return CheckBlocked(check.clause, basic)
     if violation.clause != check.clause and violation.clause not in check.covers:

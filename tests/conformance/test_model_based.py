@@ -133,11 +133,11 @@ class TestModelBasedCheck:
         run_check(self.settings("relaxed:RelaxedFileStore", tmp_path), check)
 
     def test_prints_the_shrunk_program(self, tmp_path: Path) -> None:
-        """A version counted from entries fails DROP-4 with the short program that shows it."""
+        """A version counted from entries fails MASK-3 with the short program that shows it."""
         check = checks_by_id()["FENCE-1-model-based"]
         with pytest.raises(ClauseViolation) as raised:
             run_check(self.settings("zoo_concurrency:CountedVersion", tmp_path), check)
-        assert raised.value.clause == "DROP-4"
+        assert raised.value.clause == "MASK-3"
         steps = re.findall(r"^ +\d+\. (\w+)\(", raised.value.observed, re.MULTILINE)
         assert "freeze" in steps
         assert "mark" in steps

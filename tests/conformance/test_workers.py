@@ -8,6 +8,7 @@ import random
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from conformance import secrecy
 from conformance.deadline import Watch, breaker, watched
 from conformance.entries import EntryFactory
 from conformance.history.record import Action, Lane, Recorder, Target, Workload
+from conformance.reading import entry_view
 from conformance.workers import Operation, WorkerOutcome, WorkerPlan, run_workers
 
 SINKS = """
@@ -54,9 +56,12 @@ def sinks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def entry(rollout: str, call: str) -> Any:
+    return EntryFactory(random.Random(call)).entry(rollout, call, prompt_len=2, generation_len=1)
+
+
 def put(rollout: str, call: str) -> bytes:
-    entry = EntryFactory(random.Random(call)).entry(rollout, call, prompt_len=2, generation_len=1)
-    return entry.to_json_bytes()
+    return entry_view(entry(rollout, call)).payload
 
 
 def workers(sink: str, root: Path, count: int = 1) -> list[WorkerOutcome]:
@@ -118,6 +123,6 @@ def test_recorded_errors_carry_no_secret(sinks: Path) -> None:
     secrecy.keep({"password": "quoted-secret-value"})
     recorder = Recorder("here")
     sink = misbehaving.Quotes(root=str(sinks))
-    event = asyncio.run(recorder.put(sink, put("r", "a")))
+    event = asyncio.run(recorder.put(sink, entry("r", "a")))
     assert event.outcome == "fail"
     assert event.error == "ConnectionError: AUTH *** rejected"
