@@ -2,11 +2,14 @@
 
 :class:`RolloutLogs` is used by one thread at a time (the store's writer thread). Processes
 and other instances sharing the directory are kept apart by each log's lock, so every method
-sees the state every acknowledged write left behind.
+sees the state every acknowledged write left behind. A lock held elsewhere makes a method raise
+:class:`~reference._file_log.RolloutLockBusy` before it changes anything, so the caller can try
+again later without blocking other rollouts.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import stat
@@ -15,7 +18,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 
-from reference._file_log import RolloutLog, rollout_id_of
+from reference._file_log import (
+    RolloutLockBusy,
+    RolloutLog,
+    is_temporary_name,
+    rollout_id_of,
+)
 from reference._file_records import (
     Record,
     digest,
@@ -39,17 +47,29 @@ OPEN_LOG_LIMIT = 64
 """How many rollout logs one instance keeps open between calls."""
 
 _TOMBSTONE_SIZE_LIMIT = 1024
+_LOGGER = logging.getLogger("reference.file_store")
 
 
 class RolloutLogs:
     """Every rollout log under ``root``; each method is one locked step on one rollout.
 
-    ``clock`` dates tombstones and decides which are old enough to sweep.
+    ``clock`` dates tombstones and decides which are old enough to sweep; ``mode`` is the
+    permission of every file created; ``lock_timeout`` bounds the one wait done here, for the
+    lock that marks a rollout whose sync failed.
     """
 
-    def __init__(self, root: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        root: str,
+        clock: Callable[[], float] = time.time,
+        *,
+        mode: int = 0o600,
+        lock_timeout: float = 10.0,
+    ) -> None:
         self._root = root
         self._clock = clock
+        self._mode = mode
+        self._lock_timeout = lock_timeout
         self._dir_fd = -1
         self._logs: OrderedDict[str, RolloutLog] = OrderedDict()
 
@@ -63,13 +83,18 @@ class RolloutLogs:
 
     def _directory(self) -> int:
         if self._dir_fd < 0:
-            self._dir_fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                self._dir_fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError as exc:
+                raise StoreWriteError(
+                    exc.errno, f"{self._root}: could not open the store's directory: {exc}"
+                ) from exc
         return self._dir_fd
 
     def _log(self, rollout_id: str) -> RolloutLog:
         log = self._logs.get(rollout_id)
         if log is None:
-            log = RolloutLog(self._directory(), self._root, rollout_id)
+            log = RolloutLog(self._directory(), self._root, rollout_id, self._mode)
             self._logs[rollout_id] = log
             if len(self._logs) > OPEN_LOG_LIMIT:
                 self._logs.popitem(last=False)[1].close()
@@ -126,7 +151,11 @@ class RolloutLogs:
     def _mark_unsynced(self, log: RolloutLog, epoch: str) -> None:
         # Records whose sync failed may or may not survive: fail closed where the disk allows,
         # unless the incarnation they were written to is gone (dropped, retired or deleted).
-        with suppress(TokenCaptureError), log.locked(create=False) as exists:
+        wait = self._lock_timeout
+        with (
+            suppress(TokenCaptureError, RolloutLockBusy),
+            log.locked(create=False, wait=wait) as exists,
+        ):
             if exists and not log.state.retired and log.state.epoch == epoch:
                 log.append([mark_record("", "a sync of appended records failed")])
 
@@ -199,7 +228,10 @@ class RolloutLogs:
     def sweep_tombstones(self, older_than_seconds: float) -> int:
         """Remove tombstones written more than ``older_than_seconds`` ago; return how many.
 
-        Leftover temporary files of interrupted drops that old are removed too (not counted).
+        Only names the store itself creates are touched: tombstones at a log's name, and
+        leftover temporary files of interrupted drops that old (removed, not counted). A file
+        that cannot be read or trusted, or whose lock is held elsewhere, is reported as a
+        warning on the ``reference.file_store`` logger and left alone; the sweep goes on.
         """
         if not math.isfinite(older_than_seconds) or older_than_seconds < 0:
             raise ValueError(
@@ -207,19 +239,28 @@ class RolloutLogs:
             )
         cutoff = self._clock() - older_than_seconds
         dir_fd = self._directory()
+        try:
+            names = os.listdir(dir_fd)
+        except OSError as exc:
+            raise StoreWriteError(
+                exc.errno, f"{self._root}: could not list the store's directory: {exc}"
+            ) from exc
         removed = 0
-        for name in os.listdir(dir_fd):
-            if name.startswith(".") and name.endswith(".tmp"):
-                _remove_stale(dir_fd, name, cutoff)
-                continue
-            rollout_id = rollout_id_of(name)
-            if rollout_id is None or not _small_regular_file(dir_fd, name):
-                continue
-            log = self._log(rollout_id)
-            with log.locked(create=False) as exists:
-                if exists and log.state.retired and log.state.retired_at < cutoff:
-                    log.remove()
-                    removed += 1
+        for name in names:
+            try:
+                if is_temporary_name(name):
+                    _remove_stale(dir_fd, name, cutoff)
+                    continue
+                rollout_id = rollout_id_of(name)
+                if rollout_id is None or not _small_regular_file(dir_fd, name):
+                    continue
+                log = self._log(rollout_id)
+                with log.locked(create=False) as exists:
+                    if exists and log.state.retired and log.state.retired_at < cutoff:
+                        log.remove()
+                        removed += 1
+            except (OSError, TokenCaptureError, RolloutLockBusy) as exc:
+                _LOGGER.warning("sweep_tombstones left %s as it is: %s", name, exc)
         return removed
 
 

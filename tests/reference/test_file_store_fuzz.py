@@ -382,6 +382,10 @@ def plant_symlink_loop(path: Path, outside: Path) -> None:
     path.symlink_to(path)
 
 
+def plant_hard_link_to_file(path: Path, outside: Path) -> None:
+    os.link(outside / "precious", path)
+
+
 def plant_directory(path: Path, outside: Path) -> None:
     path.mkdir()
 
@@ -392,6 +396,7 @@ def plant_fifo(path: Path, outside: Path) -> None:
 
 PLANTS = [
     plant_symlink_to_file,
+    plant_hard_link_to_file,
     plant_dangling_symlink,
     plant_symlink_to_directory,
     plant_symlink_loop,
@@ -416,10 +421,13 @@ def test_something_planted_at_a_log_name_is_refused_and_left_alone(
     plant: Callable[[Path, Path], None],
     operation: Callable[[FileTokenStore], Awaitable[object]],
 ) -> None:
-    """Whatever is planted at a log's name raises CorruptStoreError; it and its target stay."""
+    """Whatever is planted at a log's name raises CorruptStoreError; it and its target stay.
+
+    The target's last line looks torn, so a store that cut torn tails first would shorten it.
+    """
     outside = tmp_path / "outside"
     outside.mkdir()
-    (outside / "precious").write_bytes(b"precious\n")
+    (outside / "precious").write_bytes(PRECIOUS)
     root = tmp_path / "store"
     root.mkdir()
     planted = root / log_name("r")
@@ -437,7 +445,10 @@ def test_something_planted_at_a_log_name_is_refused_and_left_alone(
     run(attempt())
     assert os.lstat(planted).st_mode == kind
     assert sorted(os.listdir(outside)) == ["precious"]
-    assert (outside / "precious").read_bytes() == b"precious\n"
+    assert (outside / "precious").read_bytes() == PRECIOUS
+
+
+PRECIOUS = b"precious first line\nprecious unfinished tail"
 
 
 def test_sweeping_never_follows_a_planted_symlink(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from reference._file_log import RolloutLockBusy, RolloutLockTimeoutError
 from reference._file_rollouts import RolloutLogs
 from reference._file_writer import WriterThread
 from tokcap_spec.errors import RolloutFrozenError
@@ -175,3 +176,67 @@ class TestClose:
         gc.collect()
         thread.join(timeout=10)
         assert not thread.is_alive()
+
+
+class TestBusyLocks:
+    def test_work_whose_lock_is_busy_runs_later_while_other_keys_are_served(
+        self, tmp_path: Path, name: str
+    ) -> None:
+        """A job that finds its lock busy is tried again later; jobs of other keys go first."""
+        writer = WriterThread(str(tmp_path), name, shards=1)
+        order: list[str] = []
+        tries = 0
+
+        def busy_twice(logs: RolloutLogs) -> str:
+            nonlocal tries
+            tries += 1
+            if tries <= 2:
+                raise RolloutLockBusy("a", "a.log")
+            order.append("a")
+            return "a done"
+
+        def other(logs: RolloutLogs) -> str:
+            order.append("b")
+            return "b done"
+
+        async def scenario() -> list[str]:
+            results = await asyncio.gather(writer.run(busy_twice, "a"), writer.run(other, "b"))
+            await writer.close()
+            return list(results)
+
+        assert asyncio.run(scenario()) == ["a done", "b done"]
+        assert order == ["b", "a"]
+        assert tries == 3
+
+    def test_work_whose_lock_stays_busy_times_out_typed(self, tmp_path: Path, name: str) -> None:
+        """Work that finds its lock busy past the timeout fails with RolloutLockTimeoutError."""
+        writer = WriterThread(str(tmp_path), name, lock_timeout=0.01)
+
+        def always_busy(logs: RolloutLogs) -> None:
+            raise RolloutLockBusy("a", "/store/a.log")
+
+        async def scenario() -> None:
+            try:
+                await writer.run(always_busy, "a")
+            finally:
+                await writer.close()
+
+        with pytest.raises(RolloutLockTimeoutError, match=r"rollout 'a'.*/store/a\.log"):
+            asyncio.run(scenario())
+
+    def test_different_keys_run_on_different_threads(self, tmp_path: Path, name: str) -> None:
+        """Work of different rollouts spreads over the shards; one key always uses one thread."""
+        writer = WriterThread(str(tmp_path), name, shards=4)
+        seen: dict[str, set[str]] = {}
+
+        def job(key: str) -> object:
+            return lambda logs: seen.setdefault(key, set()).add(threading.current_thread().name)
+
+        async def scenario() -> None:
+            for _ in range(3):
+                await asyncio.gather(*(writer.run(job(f"r{i}"), f"r{i}") for i in range(16)))
+            await writer.close()
+
+        asyncio.run(scenario())
+        assert all(len(threads) == 1 for threads in seen.values())
+        assert len(set().union(*seen.values())) > 1
