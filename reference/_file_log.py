@@ -29,8 +29,11 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 
+from reference._file_packed import unpack_entry
 from reference._file_records import (
     ENTRY_PREFIX,
+    PACKED,
+    PACKED_PREFIX,
     Record,
     RolloutState,
     has_checksum,
@@ -390,7 +393,7 @@ class RolloutLog:
         while start < len(data):
             end = data.index(b"\n", start) + 1
             number += 1
-            if data.startswith(ENTRY_PREFIX, start):
+            if data.startswith(ENTRY_PREFIX, start) or data.startswith(PACKED_PREFIX, start):
                 try:
                     record = parse_record(data[start:end], sealed=sealed)
                 except ValueError as exc:
@@ -398,7 +401,10 @@ class RolloutLog:
                         f"{self.path}: line {number} changed since it was replayed: {exc}"
                     ) from None
                 try:
-                    entry = TokenEntry.from_json_bytes(record.payload)
+                    if record.kind == PACKED:
+                        entry = unpack_entry(record.payload, record.tokens)
+                    else:
+                        entry = TokenEntry.from_json_bytes(record.payload)
                 except (ValueError, RecursionError) as exc:
                     raise CorruptStoreError(
                         f"{self.path}: line {number} holds an entry this reader refuses: {exc}"

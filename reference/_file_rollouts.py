@@ -24,13 +24,14 @@ from reference._file_log import (
     is_temporary_name,
     rollout_id_of,
 )
+from reference._file_packed import CheckedEntry
 from reference._file_records import (
     Record,
-    digest,
     entry_record,
     freeze_record,
     intent_record,
     mark_record,
+    packed_record,
 )
 from tokcap_spec.errors import (
     ConflictingEntryError,
@@ -102,8 +103,13 @@ class RolloutLogs:
             self._logs.move_to_end(rollout_id)
         return log
 
-    def put(self, rollout_id: str, items: Sequence[tuple[str, bytes]]) -> list[Exception | None]:
+    def put(
+        self, rollout_id: str, items: Sequence[tuple[str, bytes | CheckedEntry]]
+    ) -> list[Exception | None]:
         """Store each ``(model_call_id, payload)`` in order; return each one's error or None.
+
+        A payload is a checked entry, stored in the form the log's format takes, or the
+        canonical JSON of one, stored as JSON.
 
         All accepted records of the batch become durable with one sync, taken after the lock is
         released. A conflicting re-put durably marks the rollout incomplete and reports
@@ -120,9 +126,10 @@ class RolloutLogs:
             added: dict[str, bytes] = {}
             outcomes: list[Exception | None] = []
             for call, payload in items:
+                record = _entry_record(call, payload, packed=state.format >= 3)
                 known = state.digests.get(call) or added.get(call)
                 if known is not None:
-                    if known == digest(payload):
+                    if known == record.payload_digest:
                         outcomes.append(None)
                         continue
                     records.append(mark_record(call, "conflicting re-put"))
@@ -135,7 +142,6 @@ class RolloutLogs:
                 elif state.frozen:
                     outcomes.append(RolloutFrozenError.for_call(rollout_id, call))
                 else:
-                    record = entry_record(call, payload)
                     records.append(record)
                     added[call] = record.payload_digest
                     outcomes.append(None)
@@ -262,6 +268,15 @@ class RolloutLogs:
             except (OSError, TokenCaptureError, RolloutLockBusy) as exc:
                 _LOGGER.warning("sweep_tombstones left %s as it is: %s", name, exc)
         return removed
+
+
+def _entry_record(call: str, payload: bytes | CheckedEntry, *, packed: bool) -> Record:
+    """Return the record of one entry in the form a log of that format keeps it in."""
+    if isinstance(payload, bytes):
+        return entry_record(call, payload)
+    if packed and payload.packed is not None:
+        return packed_record(call, *payload.packed)
+    return entry_record(call, payload.json_bytes())
 
 
 def _small_regular_file(dir_fd: int, name: str) -> bool:

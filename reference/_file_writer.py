@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from reference._file_log import RolloutLockBusy, RolloutLockTimeoutError
+from reference._file_packed import CheckedEntry
 from reference._file_rollouts import RolloutLogs
 from tokcap_spec.errors import StoreWriteError, TokenCaptureError
 
@@ -57,8 +58,8 @@ class _Put:
     future: asyncio.Future[Any]
     key: str
     model_call_id: str
-    encode: Callable[[], bytes]
-    payload: bytes | None = None
+    encode: Callable[[], bytes | CheckedEntry]
+    payload: bytes | CheckedEntry | None = None
     refused: bool = False
 
 
@@ -290,7 +291,10 @@ class WriterThread:
         return await future
 
     async def put(
-        self, rollout_id: str, model_call_id: str, payload: bytes | Callable[[], bytes]
+        self,
+        rollout_id: str,
+        model_call_id: str,
+        payload: bytes | Callable[[], bytes | CheckedEntry],
     ) -> None:
         """Store one entry payload (or what ``payload()`` returns, called on the writer thread).
 

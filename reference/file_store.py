@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Iterable
 
 from reference._file_log import RolloutLockTimeoutError
+from reference._file_packed import check_entry
 from reference._file_rollouts import RolloutLogs
 from reference._file_writer import DEFAULT_SHARDS, WriterThread
 from tokcap_spec.errors import StoreWriteError
@@ -124,7 +125,7 @@ class FileTokenStore:
         # An entry that skipped validation would make every later freeze refuse the rollout
         # once it was in the log, so it is refused before anything is acked; the check and the
         # serialization run on the writer thread, where they do not stall the event loop.
-        await self._writer.put(rollout_id, call, entry.checked_json_bytes)
+        await self._writer.put(rollout_id, call, lambda: check_entry(entry))
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Durably record that ``rollout_id`` lost evidence; every later freeze says incomplete."""
