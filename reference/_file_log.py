@@ -395,7 +395,7 @@ class RolloutLog:
             number += 1
             if data.startswith(ENTRY_PREFIX, start) or data.startswith(PACKED_PREFIX, start):
                 try:
-                    record = parse_record(data[start:end], sealed=sealed)
+                    record = parse_record(data[start:end], sealed=sealed, identify=False)
                 except ValueError as exc:
                     raise CorruptStoreError(
                         f"{self.path}: line {number} changed since it was replayed: {exc}"

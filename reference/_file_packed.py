@@ -37,6 +37,7 @@ _ENCODER: Final = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True
 )
 _SWAP = sys.byteorder == "big"
+_NON_NEGATIVE_TOP_BYTES: Final = bytes(range(0x80))
 if array.array("i").itemsize != 4 or array.array("d").itemsize != 8:
     raise ImportError("packed token arrays need 4-byte C ints and 8-byte C doubles")
 
@@ -113,13 +114,14 @@ def unpack_entry(rest: bytes, tokens: bytes) -> TokenEntry:
             "generation_token_ids and generation_log_probs must have equal length, got "
             f"{generated} and {probs}"
         )
+    # An int32 is at most MAX_TOKEN_ID; it is negative exactly when its top byte is >= 0x80.
+    if raw[_COUNTS.size + 3 : ids_end : 4].translate(None, _NON_NEGATIVE_TOP_BYTES):
+        raise ValueError(f"a packed token id is outside [0, {MAX_TOKEN_ID}]")
     ids = array.array("i", raw[_COUNTS.size : ids_end])
     log_probs = array.array("d", raw[ids_end:])
     if _SWAP:
         ids.byteswap()
         log_probs.byteswap()
-    if ids and not 0 <= min(ids) <= max(ids) <= MAX_TOKEN_ID:
-        raise ValueError(f"a packed token id is outside [0, {MAX_TOKEN_ID}]")
     if any(map(math.isnan, log_probs)):
         raise ValueError("a packed log prob is NaN")
     fields: Any = json.loads(rest)

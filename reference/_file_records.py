@@ -88,7 +88,6 @@ ENTRY_SUFFIX: Final = b"}\n"
 PACKED_PREFIX: Final = b'{"kind":"packed","call":'
 _TOKENS_FIELD: Final = ',"tokens":"'
 _PACKED_ENTRY_FIELD: Final = b'","entry":'
-_BASE64: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
 
 _CRC_FIELD: Final = b',"crc":"'
 _CRC_END: Final = b'"}\n'
@@ -192,9 +191,9 @@ def packed_record(model_call_id: str, rest: bytes, tokens: bytes) -> Record:
     return _packed(line + ENTRY_SUFFIX, model_call_id, rest, tokens)
 
 
-def _packed(line: bytes, call: str, rest: bytes, tokens: bytes) -> Record:
+def _packed(line: bytes, call: str, rest: bytes, tokens: bytes, *, identify: bool = True) -> Record:
     # Base64 never holds a NUL, so the identity cannot be split between the parts another way.
-    identity = digest(b"\0".join((tokens, rest)))
+    identity = digest(b"\0".join((tokens, rest))) if identify else b""
     return Record(PACKED, line, call=call, payload=rest, payload_digest=identity, tokens=tokens)
 
 
@@ -252,29 +251,32 @@ def _entry_json(line: bytes, start: int) -> bytes:
     return payload
 
 
-def _parse_entry(line: bytes) -> Record:
+def _parse_entry(line: bytes, identify: bool) -> Record:
     # Only the call id is decoded; the payload is checked for shape and parsed at freeze.
     call, start = _parse_call(line, ENTRY_PREFIX, _ENTRY_FIELD)
     payload = _entry_json(line, start)
-    return Record(ENTRY, line, call=call, payload=payload, payload_digest=digest(payload))
+    identity = digest(payload) if identify else b""
+    return Record(ENTRY, line, call=call, payload=payload, payload_digest=identity)
 
 
-def _parse_packed(line: bytes) -> Record:
+def _parse_packed(line: bytes, identify: bool) -> Record:
     call, start = _parse_call(line, PACKED_PREFIX, _TOKENS_FIELD)
     end = line.find(_PACKED_ENTRY_FIELD, start)
     if end < 0:
         raise ValueError('a packed record must hold its tokens followed by ","entry":')
+    # Whether the tokens are base64 is checked when they are decoded, at freeze.
     tokens = line[start:end]
-    if not _BASE64.issuperset(tokens):
-        raise ValueError("the tokens of a packed record must be base64")
-    return _packed(line, call, _entry_json(line, end + len(_PACKED_ENTRY_FIELD)), tokens)
+    rest = _entry_json(line, end + len(_PACKED_ENTRY_FIELD))
+    return _packed(line, call, rest, tokens, identify=identify)
 
 
-def parse_record(line: bytes, *, sealed: bool = True) -> Record:
+def parse_record(line: bytes, *, sealed: bool = True, identify: bool = True) -> Record:
     """Parse one complete line (its ``\\n`` included); raise ``ValueError`` saying what is wrong.
 
-    ``sealed`` says whether the log's lines carry checksums (format 2) or not (format 1); a
-    sealed line's checksum is verified before anything else is read from it.
+    ``sealed`` says whether the log's lines carry checksums (formats 2 and 3) or not (format 1);
+    a sealed line's checksum is verified before anything else is read from it. Without
+    ``identify`` an entry's ``payload_digest`` is left empty, for a reader that needs only its
+    payload.
     """
     if not line.endswith(b"\n"):
         raise ValueError("the line does not end with a newline")
@@ -283,9 +285,9 @@ def parse_record(line: bytes, *, sealed: bool = True) -> Record:
     elif has_checksum(line):
         raise ValueError("the line carries a checksum, but the log's first line has none")
     if line.startswith(ENTRY_PREFIX):
-        return _parse_entry(line)
+        return _parse_entry(line, identify)
     if line.startswith(PACKED_PREFIX):
-        return _parse_packed(line)
+        return _parse_packed(line, identify)
     try:
         fields = json.loads(line)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
