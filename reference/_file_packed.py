@@ -71,23 +71,55 @@ def check_entry(entry: TokenEntry) -> CheckedEntry:
     """Check ``entry`` as ``checked_json_bytes`` does and encode it; raise what that raises.
 
     An entry built without validation that breaks the record rules raises pydantic's
-    ``ValidationError``; a value JSON cannot hold raises ``TypeError``.
+    ``ValidationError``; a value JSON cannot hold raises ``TypeError``. Arrays of plain ints
+    and floats are checked against the record rules directly and the other fields validated as
+    a record; anything else is validated whole, exactly as ``checked_json_bytes`` would.
     """
     fields = entry.model_dump(mode="python", warnings=False)
-    TokenEntry.model_validate(fields)
-    log_probs = fields["generation_log_probs"]
-    if not all(issubclass(kind, float) for kind in set(map(type, log_probs))):
-        return CheckedEntry(entry, None, entry.checked_json_bytes())
-    prompt, generated = fields.pop("prompt_token_ids"), fields.pop("generation_token_ids")
-    del fields["generation_log_probs"]
+    arrays = [fields.pop(name) for name in ARRAY_FIELDS]
+    raw = _packed_if_plain(*arrays)
+    if raw is not None:
+        TokenEntry.model_validate({**fields, **{name: [] for name in ARRAY_FIELDS}})
+    else:
+        TokenEntry.model_validate({**fields, **dict(zip(ARRAY_FIELDS, arrays, strict=True))})
+        prompt, generated, log_probs = arrays
+        if not all(issubclass(kind, float) for kind in set(map(type, log_probs))):
+            return CheckedEntry(entry, None, entry.checked_json_bytes())
+        raw = _pack(prompt, generated, log_probs)
+    return CheckedEntry(entry, (_ENCODER.encode(fields).encode("ascii"), base64.b64encode(raw)))
+
+
+def _pack(prompt: list[int], generated: list[int], log_probs: list[float]) -> bytes:
     ids = array.array("i", prompt)
     ids.extend(generated)
     probs = array.array("d", log_probs)
     if _SWAP:
         ids.byteswap()
         probs.byteswap()
-    raw = b"".join((_COUNTS.pack(len(prompt), len(generated), len(probs)), ids, probs))
-    return CheckedEntry(entry, (_ENCODER.encode(fields).encode("ascii"), base64.b64encode(raw)))
+    return b"".join((_COUNTS.pack(len(prompt), len(generated), len(probs)), ids, probs))
+
+
+def _packed_if_plain(prompt: Any, generated: Any, log_probs: Any) -> bytes | None:
+    """Return the packed arrays if they are plain values the record rules accept, else None."""
+    if not isinstance(prompt, list) or not isinstance(generated, list):
+        return None
+    if not isinstance(log_probs, list) or len(generated) != len(log_probs):
+        return None
+    if not {*map(type, prompt), *map(type, generated)} <= {int}:
+        return None
+    if not set(map(type, log_probs)) <= {float} or any(map(math.isnan, log_probs)):
+        return None
+    try:
+        raw = _pack(prompt, generated, log_probs)
+    except OverflowError:
+        return None
+    return None if _has_negative_id(raw, len(prompt) + len(generated)) else raw
+
+
+def _has_negative_id(raw: bytes, count: int) -> bool:
+    # A little-endian int32 is negative exactly when its top byte is >= 0x80.
+    top = raw[_COUNTS.size + 3 : _COUNTS.size + 4 * count : 4]
+    return bool(top.translate(None, _NON_NEGATIVE_TOP_BYTES))
 
 
 def unpack_entry(rest: bytes, tokens: bytes) -> TokenEntry:
@@ -114,8 +146,8 @@ def unpack_entry(rest: bytes, tokens: bytes) -> TokenEntry:
             "generation_token_ids and generation_log_probs must have equal length, got "
             f"{generated} and {probs}"
         )
-    # An int32 is at most MAX_TOKEN_ID; it is negative exactly when its top byte is >= 0x80.
-    if raw[_COUNTS.size + 3 : ids_end : 4].translate(None, _NON_NEGATIVE_TOP_BYTES):
+    # An int32 is at most MAX_TOKEN_ID, so only a negative one breaks the rule.
+    if _has_negative_id(raw, prompt + generated):
         raise ValueError(f"a packed token id is outside [0, {MAX_TOKEN_ID}]")
     ids = array.array("i", raw[_COUNTS.size : ids_end])
     log_probs = array.array("d", raw[ids_end:])

@@ -41,6 +41,16 @@ def entry(call: str = "c", **fields: Any) -> TokenEntry:
     return TokenEntry(**values)
 
 
+ODD_IDS = st.one_of(
+    st.integers(-3, 3),
+    st.sampled_from([MAX_TOKEN_ID, MAX_TOKEN_ID + 1, -(2**31), 2**40, True, 1.0, "1", None]),
+)
+ODD_PROBS = st.one_of(
+    st.floats(width=64),
+    st.sampled_from([1, 0, True, "x", None, float("nan"), -0.0]),
+)
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[FileTokenStore]:
     opened = FileTokenStore(tmp_path)
@@ -81,6 +91,35 @@ class TestPacking:
         packed = check_entry(original).packed
         assert packed is not None
         assert unpack_entry(*packed).to_json_bytes() == original.to_json_bytes()
+
+    @settings(max_examples=200, deadline=None, derandomize=True)
+    @given(
+        prompt=st.lists(ODD_IDS, max_size=4),
+        generated=st.lists(ODD_IDS, max_size=4),
+        probs=st.lists(ODD_PROBS, max_size=4),
+    )
+    def test_accepts_exactly_what_checked_json_bytes_accepts(
+        self, prompt: list[Any], generated: list[Any], probs: list[Any]
+    ) -> None:
+        """An unvalidated entry is refused exactly when checked_json_bytes refuses it; an
+        accepted one reads back as its canonical JSON reads back."""
+        odd = entry().model_copy(
+            update={
+                "prompt_token_ids": prompt,
+                "generation_token_ids": generated,
+                "generation_log_probs": probs,
+            }
+        )
+        try:
+            expected = TokenEntry.from_json_bytes(odd.checked_json_bytes()).to_json_bytes()
+        except (ValueError, TypeError) as exc:
+            with pytest.raises(type(exc)):
+                check_entry(odd)
+            return
+        checked = check_entry(odd)
+        back = unpack_entry(*checked.packed) if checked.packed else None
+        got = back.to_json_bytes() if back else checked.json_bytes()
+        assert TokenEntry.from_json_bytes(got).to_json_bytes() == expected
 
     def test_integer_log_probs_keep_their_json_form(self) -> None:
         """Log probs that are not all floats are not packed, since 1 would read back as 1.0."""
