@@ -45,6 +45,7 @@ from tokcap_spec.errors import CorruptStoreError, StoreWriteError
 from tokcap_spec.records import TokenEntry
 
 __all__ = [
+    "OwedSync",
     "RolloutLockBusy",
     "RolloutLockTimeoutError",
     "RolloutLog",
@@ -373,12 +374,21 @@ class RolloutLog:
         records stay in the log (others may already have read them, so they cannot be cut off)
         with their durability unknown.
         """
+        _sync_appended(self._fd, self.path)
+
+    def owe_sync(self) -> OwedSync:
+        """Return the sync :meth:`append` without ``sync`` left owed, to take on any thread.
+
+        It holds a descriptor of its own, so closing or reopening this log meanwhile does not
+        disturb it. Raises :class:`StoreWriteError` if no descriptor can be had.
+        """
         try:
-            _sync_data(self._fd)
+            fd = os.dup(self._fd)
         except OSError as exc:
             raise StoreWriteError(
-                exc.errno, f"{self.path}: could not sync the records just appended: {exc}"
+                exc.errno, f"{self.path}: could not hold the log open for its sync: {exc}"
             ) from exc
+        return OwedSync(fd, self.path, self.rollout_id, self.state.epoch)
 
     def entries(self) -> list[TokenEntry]:
         """Return one fresh entry per call id, in log order (call only inside :meth:`locked`).
@@ -456,6 +466,36 @@ class RolloutLog:
         except OSError as exc:
             raise StoreWriteError(exc.errno, f"{self.path}: could not remove it: {exc}") from exc
         self._replaced = True
+
+
+class OwedSync:
+    """The sync owed for records a log appended under its lock; run it once, on any thread."""
+
+    def __init__(self, fd: int, path: str, rollout_id: str, epoch: str) -> None:
+        self._fd = fd
+        self.path = path
+        self.rollout_id = rollout_id
+        self.epoch = epoch
+
+    def run(self) -> None:
+        """Make the appended records durable; raise :class:`StoreWriteError` if that fails.
+
+        On failure the records stay in the log (others may already have read them), their
+        durability unknown; the caller marks the rollout (``RolloutLogs.mark_unsynced``).
+        """
+        try:
+            _sync_appended(self._fd, self.path)
+        finally:
+            os.close(self._fd)
+
+
+def _sync_appended(fd: int, path: str) -> None:
+    try:
+        _sync_data(fd)
+    except OSError as exc:
+        raise StoreWriteError(
+            exc.errno, f"{path}: could not sync the records just appended: {exc}"
+        ) from exc
 
 
 def _could_be_header(data: bytes) -> bool:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 
 from reference._file_log import (
+    OwedSync,
     RolloutLockBusy,
     RolloutLog,
     is_temporary_name,
@@ -108,20 +109,36 @@ class RolloutLogs:
     ) -> list[Exception | None]:
         """Store each ``(model_call_id, payload)`` in order; return each one's error or None.
 
-        A payload is a checked entry, stored in the form the log's format takes, or the
-        canonical JSON of one, stored as JSON.
+        :meth:`append_entries`, then its owed sync; raises :class:`StoreWriteError` if the
+        records cannot be written (they are cut off again) or synced (the rollout is then
+        marked incomplete, if the disk takes the mark, since the records stay and may not be
+        durable).
+        """
+        outcomes, owed = self.append_entries(rollout_id, items)
+        if owed is not None:
+            try:
+                owed.run()
+            except StoreWriteError:
+                self.mark_unsynced(rollout_id, owed.epoch)
+                raise
+        return outcomes
 
-        All accepted records of the batch become durable with one sync, taken after the lock is
-        released. A conflicting re-put durably marks the rollout incomplete and reports
-        :class:`ConflictingEntryError`. Raises :class:`StoreWriteError` if the records cannot
-        be written (they are cut off again) or synced (the rollout is then marked incomplete,
-        if the disk takes the mark, since the records stay and may not be durable).
+    def append_entries(
+        self, rollout_id: str, items: Sequence[tuple[str, bytes | CheckedEntry]]
+    ) -> tuple[list[Exception | None], OwedSync | None]:
+        """Append each ``(model_call_id, payload)`` under the lock; return outcomes and the sync.
+
+        A payload is a checked entry, stored in the form the log's format takes, or the
+        canonical JSON of one, stored as JSON. A conflicting re-put durably marks the rollout
+        incomplete and reports :class:`ConflictingEntryError`. The accepted records are not
+        durable until the returned sync has run (None when nothing is owed); whoever runs it
+        calls :meth:`mark_unsynced` if it fails. Puts waiting for one sync share it.
         """
         log = self._log(rollout_id)
         with log.locked(create=True):
             state = log.state
             if state.retired:
-                return [RolloutRetiredError.for_rollout(rollout_id) for _ in items]
+                return [RolloutRetiredError.for_rollout(rollout_id) for _ in items], None
             records: list[Record] = []
             added: dict[str, bytes] = {}
             outcomes: list[Exception | None] = []
@@ -145,18 +162,27 @@ class RolloutLogs:
                     records.append(record)
                     added[call] = record.payload_digest
                     outcomes.append(None)
-            owed = bool(records) and log.append(records, sync=False)
-        if owed:
+            if not (records and log.append(records, sync=False)):
+                return outcomes, None
             try:
-                log.sync_appended()
+                return outcomes, log.owe_sync()
             except StoreWriteError:
-                self._mark_unsynced(log, log.state.epoch)
-                raise
-        return outcomes
+                epoch = state.epoch
+        # No descriptor for a sync elsewhere: sync here, once the lock is released.
+        try:
+            log.sync_appended()
+        except StoreWriteError:
+            self.mark_unsynced(rollout_id, epoch)
+            raise
+        return outcomes, None
 
-    def _mark_unsynced(self, log: RolloutLog, epoch: str) -> None:
-        # Records whose sync failed may or may not survive: fail closed where the disk allows,
-        # unless the incarnation they were written to is gone (dropped, retired or deleted).
+    def mark_unsynced(self, rollout_id: str, epoch: str) -> None:
+        """Mark the rollout incomplete after a failed sync, where the disk still takes a mark.
+
+        Records whose sync failed may or may not survive, so this fails closed, unless the
+        incarnation ``epoch`` they were written to is gone (dropped, retired or deleted).
+        """
+        log = self._log(rollout_id)
         wait = self._lock_timeout
         with (
             suppress(TokenCaptureError, RolloutLockBusy),

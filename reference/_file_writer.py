@@ -1,10 +1,12 @@
 """Threads that do a store's blocking work, each rollout's work in the order it was asked for.
 
-Coroutines hand jobs to one of a few shard threads through a queue and await a future of their
-own event loop, so no event loop ever blocks on disk I/O, and a put's serialization and checks
+Coroutines hand jobs to a shard thread (one by default) through a queue and await a future of
+their own event loop, so no event loop ever blocks on disk I/O, and a put's check and encoding
 run on the shard too. A rollout always goes to the same shard, so its work keeps its order and
-the puts waiting together for it are written as one batch (one lock, one sync), while shards
-write and sync different rollouts in parallel.
+the puts waiting together for it are written as one batch (one lock, one sync). The sync of a
+batch runs on a pool of sync threads, so different rollouts' syncs overlap while the shard,
+the one thread doing CPU work beside the event loop, goes on; more CPU threads would only take
+turns at the GIL and delay the event loop's next turn.
 
 A rollout whose lock is held elsewhere is set aside and tried again after a growing pause while
 its shard serves other rollouts; once it has waited ``lock_timeout`` seconds, its waiting work
@@ -17,6 +19,7 @@ collected), and start again if used after closing or in a forked child.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import queue
@@ -28,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from reference._file_log import RolloutLockBusy, RolloutLockTimeoutError
+from reference._file_log import OwedSync, RolloutLockBusy, RolloutLockTimeoutError
 from reference._file_packed import CheckedEntry
 from reference._file_rollouts import RolloutLogs
 from tokcap_spec.errors import StoreWriteError, TokenCaptureError
@@ -37,8 +40,11 @@ __all__ = ["DEFAULT_SHARDS", "WriterThread"]
 
 T = TypeVar("T")
 
-DEFAULT_SHARDS = 8
-"""How many threads may write different rollouts at once for one store instance."""
+DEFAULT_SHARDS = 1
+"""How many threads check, encode and append for one store instance."""
+
+SYNC_THREADS = 16
+"""How many syncs of different rollouts one shard lets run at once."""
 
 _FIRST_PAUSE = 0.0005
 _LONGEST_PAUSE = 0.02
@@ -46,8 +52,8 @@ _LONGEST_PAUSE = 0.02
 
 @dataclass(slots=True)
 class _Job:
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop | None
+    future: asyncio.Future[Any] | None
     key: str | None
     work: Callable[[RolloutLogs], Any]
 
@@ -90,11 +96,13 @@ def _deliver(future: asyncio.Future[Any], result: Any, error: BaseException | No
 
 
 def _settle(
-    loop: asyncio.AbstractEventLoop,
-    future: asyncio.Future[Any],
+    loop: asyncio.AbstractEventLoop | None,
+    future: asyncio.Future[Any] | None,
     result: Any = None,
     error: BaseException | None = None,
 ) -> None:
+    if loop is None or future is None:
+        return
     # A closed loop raises RuntimeError: its caller is gone and nobody waits for the answer.
     with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(_deliver, future, result, error)
@@ -110,7 +118,32 @@ def _typed(error: Exception, key: str | None) -> Exception:
     return typed
 
 
-def _put_run(logs: RolloutLogs, puts: list[_Put]) -> None:
+@dataclass(slots=True)
+class _Shard:
+    """What one shard thread works with."""
+
+    logs: RolloutLogs
+    jobs: queue.SimpleQueue[_Item]
+    syncs: concurrent.futures.ThreadPoolExecutor
+
+
+def _finish(shard: _Shard, owed: OwedSync, puts: list[_Put], outcomes: list[Any]) -> None:
+    """Run a batch's sync (on a sync thread), then answer its puts."""
+    try:
+        owed.run()
+    except StoreWriteError as exc:
+        # Queued before the answers, so the mark lands before any call a caller makes next.
+        rollout_id, epoch = owed.rollout_id, owed.epoch
+        mark = _Job(None, None, rollout_id, lambda logs: logs.mark_unsynced(rollout_id, epoch))
+        shard.jobs.put(mark)
+        for put in puts:
+            _settle(put.loop, put.future, error=exc)
+        return
+    for put, outcome in zip(puts, outcomes, strict=True):
+        _settle(put.loop, put.future, error=outcome)
+
+
+def _put_run(shard: _Shard, puts: list[_Put]) -> None:
     """Write consecutive puts of one rollout as one batch; raise RolloutLockBusy untouched."""
     ready = []
     for put in puts:
@@ -128,7 +161,9 @@ def _put_run(logs: RolloutLogs, puts: list[_Put]) -> None:
         return
     key = ready[0].key
     try:
-        outcomes = logs.put(key, [(p.model_call_id, p.payload or b"") for p in ready])
+        outcomes, owed = shard.logs.append_entries(
+            key, [(p.model_call_id, p.payload or b"") for p in ready]
+        )
     except RolloutLockBusy:
         raise
     except Exception as exc:
@@ -136,12 +171,15 @@ def _put_run(logs: RolloutLogs, puts: list[_Put]) -> None:
         for put in ready:
             _settle(put.loop, put.future, error=error)
         return
+    if owed is not None:
+        shard.syncs.submit(_finish, shard, owed, ready, outcomes)
+        return
     for put, outcome in zip(ready, outcomes, strict=True):
         _settle(put.loop, put.future, error=outcome)
 
 
 def _run_in_order(
-    logs: RolloutLogs, items: list[_Job | _Put]
+    shard: _Shard, items: list[_Job | _Put]
 ) -> tuple[list[_Job | _Put], RolloutLockBusy | None]:
     """Run ``items`` of one key in order; return what is left if a lock was busy, and why."""
     index = 0
@@ -152,13 +190,13 @@ def _run_in_order(
             while end < len(items) and isinstance(items[end], _Put):
                 end += 1
             try:
-                _put_run(logs, [p for p in items[index:end] if isinstance(p, _Put)])
+                _put_run(shard, [p for p in items[index:end] if isinstance(p, _Put)])
             except RolloutLockBusy as busy:
                 return items[index:], busy
             index = end
             continue
         try:
-            result = item.work(logs)
+            result = item.work(shard.logs)
         except RolloutLockBusy as busy:
             return items[index:], busy
         except Exception as exc:
@@ -169,15 +207,19 @@ def _run_in_order(
     return [], None
 
 
-def _serve(jobs: queue.SimpleQueue[_Item], logs: RolloutLogs, lock_timeout: float) -> None:
+def _serve(shard: _Shard, lock_timeout: float) -> None:
+    jobs = shard.jobs
     waiting: dict[str | None, _Waiting] = {}
     stop: _Stop | None = None
     while True:
         if stop is not None and not waiting:
-            logs.close()
-            for job in stop.done:
-                _settle(job.loop, job.future)
-            return
+            # Syncs still running may queue marks; they are served before the thread ends.
+            shard.syncs.shutdown(wait=True)
+            if jobs.empty():
+                shard.logs.close()
+                for job in stop.done:
+                    _settle(job.loop, job.future)
+                return
         timeout = None
         if waiting:
             timeout = max(0.0, min(w.next_try for w in waiting.values()) - time.monotonic())
@@ -195,7 +237,7 @@ def _serve(jobs: queue.SimpleQueue[_Item], logs: RolloutLogs, lock_timeout: floa
             else:
                 ready.setdefault(item.key, []).append(item)
         for key, items in ready.items():
-            left, busy = _run_in_order(logs, items)
+            left, busy = _run_in_order(shard, items)
             if busy is not None:
                 now = time.monotonic()
                 waiting[key] = _Waiting(
@@ -204,7 +246,7 @@ def _serve(jobs: queue.SimpleQueue[_Item], logs: RolloutLogs, lock_timeout: floa
         for key, wait in list(waiting.items()):
             if wait.next_try > time.monotonic():
                 continue
-            left, busy = _run_in_order(logs, wait.items)
+            left, busy = _run_in_order(shard, wait.items)
             if busy is None:
                 del waiting[key]
             elif time.monotonic() >= wait.deadline:
@@ -270,10 +312,14 @@ class WriterThread:
             jobs = self._shards.queues[index]
             if jobs is None:
                 jobs = queue.SimpleQueue()
-                logs = RolloutLogs(self._root, mode=self._mode, lock_timeout=self._lock_timeout)
                 name = self._name if index == 0 else f"{self._name} shard {index}"
+                shard = _Shard(
+                    RolloutLogs(self._root, mode=self._mode, lock_timeout=self._lock_timeout),
+                    jobs,
+                    concurrent.futures.ThreadPoolExecutor(SYNC_THREADS, f"{name} sync"),
+                )
                 thread = threading.Thread(
-                    target=_serve, args=(jobs, logs, self._lock_timeout), name=name, daemon=True
+                    target=_serve, args=(shard, self._lock_timeout), name=name, daemon=True
                 )
                 thread.start()
                 self._shards.queues[index] = jobs
