@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from reference import _file_log
 from reference._file_log import RolloutLockBusy, RolloutLockTimeoutError
 from reference._file_rollouts import RolloutLogs
 from reference._file_writer import WriterThread
@@ -240,3 +241,39 @@ class TestBusyLocks:
         asyncio.run(scenario())
         assert all(len(threads) == 1 for threads in seen.values())
         assert len(set().union(*seen.values())) > 1
+
+
+class TestSyncs:
+    def test_a_slow_sync_of_one_rollout_never_holds_up_another(
+        self, tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """While one rollout's sync is stuck, another rollout's put is written, synced and acked."""
+        real = _file_log._sync_data
+        stuck = threading.Event()
+        release = threading.Event()
+
+        def sync(fd: int) -> None:
+            if not stuck.is_set():
+                stuck.set()
+                release.wait(30)
+            real(fd)
+
+        writer = WriterThread(str(tmp_path), name, shards=1)
+
+        async def scenario() -> bool:
+            await writer.put("a", "first", payload("first"))
+            await writer.put("b", "first", payload("first"))
+            monkeypatch.setattr(_file_log, "_sync_data", sync)
+            slow = asyncio.ensure_future(writer.put("a", "c", payload("c")))
+            assert await asyncio.to_thread(stuck.wait, 30)
+            await asyncio.wait_for(writer.put("b", "c", payload("c")), 30)
+            overtaken = not slow.done()
+            release.set()
+            await asyncio.wait_for(slow, 30)
+            await writer.close()
+            return overtaken
+
+        try:
+            assert asyncio.run(scenario())
+        finally:
+            release.set()
