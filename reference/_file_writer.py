@@ -207,6 +207,23 @@ def _run_in_order(
     return [], None
 
 
+def _run_ready(
+    shard: _Shard,
+    ready: dict[str | None, list[_Job | _Put]],
+    waiting: dict[str | None, _Waiting],
+    lock_timeout: float,
+) -> None:
+    """Run each key's ready work in order and empty ``ready``; set aside what finds a lock busy."""
+    for key, items in ready.items():
+        left, busy = _run_in_order(shard, items)
+        if busy is not None:
+            now = time.monotonic()
+            waiting[key] = _Waiting(
+                left, busy, now + lock_timeout, _FIRST_PAUSE, now + _FIRST_PAUSE
+            )
+    ready.clear()
+
+
 def _serve(shard: _Shard, lock_timeout: float) -> None:
     jobs = shard.jobs
     waiting: dict[str | None, _Waiting] = {}
@@ -234,15 +251,13 @@ def _serve(shard: _Shard, lock_timeout: float) -> None:
                 stop = item
             elif item.key in waiting:
                 waiting[item.key].items.append(item)
+            elif item.key is None:
+                # Work without a key may touch any rollout: it sees all work submitted before it.
+                _run_ready(shard, ready, waiting, lock_timeout)
+                _run_ready(shard, {None: [item]}, waiting, lock_timeout)
             else:
                 ready.setdefault(item.key, []).append(item)
-        for key, items in ready.items():
-            left, busy = _run_in_order(shard, items)
-            if busy is not None:
-                now = time.monotonic()
-                waiting[key] = _Waiting(
-                    left, busy, now + lock_timeout, _FIRST_PAUSE, now + _FIRST_PAUSE
-                )
+        _run_ready(shard, ready, waiting, lock_timeout)
         for key, wait in list(waiting.items()):
             if wait.next_try > time.monotonic():
                 continue

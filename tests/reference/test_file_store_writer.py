@@ -46,6 +46,35 @@ class TestRun:
         asyncio.run(scenario())
         assert seen == [(i, name) for i in range(20)]
 
+    def test_a_job_without_a_key_sees_all_work_submitted_before_it(
+        self, tmp_path: Path, name: str
+    ) -> None:
+        """Keyed puts queued between two unkeyed jobs run after the first and before the second."""
+        writer = WriterThread(str(tmp_path), name)
+        gate = threading.Event()
+        holding = threading.Event()
+
+        def hold(logs: RolloutLogs) -> None:
+            holding.set()
+            gate.wait(30)
+
+        async def scenario() -> int:
+            held = asyncio.ensure_future(writer.run(hold))
+            assert await asyncio.to_thread(holding.wait, 30)
+            queued = [
+                asyncio.ensure_future(writer.run(lambda logs: None)),
+                asyncio.ensure_future(writer.put("r", "c", payload("c"))),
+                asyncio.ensure_future(writer.run(lambda logs: len(logs.freeze("r").entries))),
+            ]
+            await asyncio.sleep(0)
+            gate.set()
+            await held
+            *_, seen = await asyncio.gather(*queued)
+            await writer.close()
+            return int(seen)
+
+        assert asyncio.run(scenario()) == 1
+
     def test_a_job_error_reaches_its_caller_only(self, tmp_path: Path, name: str) -> None:
         """A job that raises fails its own caller and leaves the thread serving others."""
         writer = WriterThread(str(tmp_path), name)
