@@ -45,6 +45,7 @@ from tokcap_spec.errors import CorruptStoreError, StoreWriteError
 from tokcap_spec.records import TokenEntry
 
 __all__ = [
+    "LogCut",
     "OwedSync",
     "RolloutLockBusy",
     "RolloutLockTimeoutError",
@@ -382,57 +383,31 @@ class RolloutLog:
         It holds a descriptor of its own, so closing or reopening this log meanwhile does not
         disturb it. Raises :class:`StoreWriteError` if no descriptor can be had.
         """
-        try:
-            fd = os.dup(self._fd)
-        except OSError as exc:
-            raise StoreWriteError(
-                exc.errno, f"{self.path}: could not hold the log open for its sync: {exc}"
-            ) from exc
+        fd = self._own_descriptor("for its sync")
         return OwedSync(fd, self.path, self.rollout_id, self.state.epoch)
 
     def entries(self) -> list[TokenEntry]:
         """Return one fresh entry per call id, in log order (call only inside :meth:`locked`).
 
-        Every line is read again from the file, and its checksum checked again. Raises
-        :class:`CorruptStoreError` naming the line of an entry that does not parse.
+        See :meth:`LogCut.entries`.
         """
-        data = self._read(0, self._offset)
-        sealed = self.state.sealed
-        entries: dict[str, TokenEntry] = {}
-        start = number = 0
-        while start < len(data):
-            end = data.index(b"\n", start) + 1
-            number += 1
-            if data.startswith(ENTRY_PREFIX, start) or data.startswith(PACKED_PREFIX, start):
-                try:
-                    record = parse_record(data[start:end], sealed=sealed, identify=False)
-                except ValueError as exc:
-                    raise CorruptStoreError(
-                        f"{self.path}: line {number} changed since it was replayed: {exc}"
-                    ) from None
-                try:
-                    if record.kind == PACKED:
-                        entry = unpack_entry(record.payload, record.tokens)
-                    else:
-                        entry = TokenEntry.from_json_bytes(record.payload)
-                except (ValueError, RecursionError) as exc:
-                    raise CorruptStoreError(
-                        f"{self.path}: line {number} holds an entry this reader refuses: {exc}"
-                    ) from None
-                if entry.rollout_id != self.rollout_id:
-                    raise CorruptStoreError(
-                        f"{self.path}: line {number} holds an entry of rollout "
-                        f"{entry.rollout_id!r} in the log of {self.rollout_id!r}"
-                    )
-                if entry.model_call_id != record.call:
-                    raise CorruptStoreError(
-                        f"{self.path}: line {number} files the entry of call "
-                        f"{entry.model_call_id!r} under call {record.call!r}"
-                    )
-                # A foreign writer's conflicting duplicate already marked the rollout; first wins.
-                entries.setdefault(record.call, entry)
-            start = end
-        return list(entries.values())
+        return self.cut().entries()
+
+    def cut(self) -> LogCut:
+        """Return the log as it is now, to read on any thread (call only inside :meth:`locked`).
+
+        Raises :class:`StoreWriteError` if no descriptor of its own can be had for it.
+        """
+        fd = self._own_descriptor("to read it")
+        return LogCut(fd, self.path, self.rollout_id, self._offset, self.state.sealed)
+
+    def _own_descriptor(self, purpose: str) -> int:
+        try:
+            return os.dup(self._fd)
+        except OSError as exc:
+            raise StoreWriteError(
+                exc.errno, f"{self.path}: could not hold the log open {purpose}: {exc}"
+            ) from exc
 
     def replace_with_tombstone(self, reason: str, at: float) -> None:
         """Atomically replace the log by a tombstone; call only inside :meth:`locked`."""
@@ -466,6 +441,81 @@ class RolloutLog:
         except OSError as exc:
             raise StoreWriteError(exc.errno, f"{self.path}: could not remove it: {exc}") from exc
         self._replaced = True
+
+
+class LogCut:
+    """The first ``size`` bytes of a log, which appends never change: read once, on any thread.
+
+    It holds a descriptor of its own, so the log may be appended to, closed or replaced while
+    it is read.
+    """
+
+    def __init__(self, fd: int, path: str, rollout_id: str, size: int, sealed: bool) -> None:
+        self._fd = fd
+        self.path = path
+        self.rollout_id = rollout_id
+        self.size = size
+        self.sealed = sealed
+
+    def entries(self) -> list[TokenEntry]:
+        """Return one fresh entry per call id, in log order, and release the descriptor.
+
+        Every line is read again from the file, and its checksum checked again. Raises
+        :class:`CorruptStoreError` naming the line of an entry that does not parse, and
+        :class:`StoreWriteError` if the file cannot be read.
+        """
+        try:
+            data = _read(self._fd, 0, self.size)
+        except OSError as exc:
+            raise StoreWriteError(
+                exc.errno, f"{self.path}: could not read {self.size} bytes at offset 0: {exc}"
+            ) from exc
+        finally:
+            os.close(self._fd)
+        if len(data) < self.size:
+            raise CorruptStoreError(
+                f"{self.path}: shrank below the {self.size} bytes already read while being "
+                "read; it was truncated outside the store"
+            )
+        entries: dict[str, TokenEntry] = {}
+        start = number = 0
+        while start < len(data):
+            end = data.index(b"\n", start) + 1
+            number += 1
+            if data.startswith(ENTRY_PREFIX, start) or data.startswith(PACKED_PREFIX, start):
+                record, entry = self._entry(data[start:end], number)
+                # A foreign writer's conflicting duplicate already marked the rollout; first wins.
+                entries.setdefault(record.call, entry)
+            start = end
+        return list(entries.values())
+
+    def _entry(self, line: bytes, number: int) -> tuple[Record, TokenEntry]:
+        try:
+            record = parse_record(line, sealed=self.sealed, identify=False)
+        except ValueError as exc:
+            raise CorruptStoreError(
+                f"{self.path}: line {number} changed since it was replayed: {exc}"
+            ) from None
+        try:
+            if record.kind == PACKED:
+                entry = unpack_entry(record.payload, record.tokens)
+            else:
+                entry = TokenEntry.from_json_bytes(record.payload)
+        except (ValueError, RecursionError) as exc:
+            raise CorruptStoreError(
+                f"{self.path}: line {number} holds an entry this reader refuses: {exc}"
+            ) from None
+        if entry.rollout_id != self.rollout_id:
+            raise CorruptStoreError(
+                f"{self.path}: line {number} holds an entry of rollout "
+                f"{entry.rollout_id!r} in the log of {self.rollout_id!r}"
+            )
+        if entry.model_call_id != record.call:
+            raise CorruptStoreError(
+                f"{self.path}: line {number} files the entry of call "
+                f"{entry.model_call_id!r} under call {record.call!r}"
+            )
+        return record, entry
 
 
 class OwedSync:

@@ -17,8 +17,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import suppress
+from dataclasses import dataclass
 
 from reference._file_log import (
+    LogCut,
     OwedSync,
     RolloutLockBusy,
     RolloutLog,
@@ -43,13 +45,34 @@ from tokcap_spec.errors import (
 )
 from tokcap_spec.protocols import TokenCaptureSnapshot
 
-__all__ = ["OPEN_LOG_LIMIT", "RolloutLogs"]
+__all__ = ["OPEN_LOG_LIMIT", "FencedRollout", "RolloutLogs"]
 
 OPEN_LOG_LIMIT = 64
 """How many rollout logs one instance keeps open between calls."""
 
 _TOMBSTONE_SIZE_LIMIT = 1024
 _LOGGER = logging.getLogger("reference.file_store")
+
+
+@dataclass(frozen=True)
+class FencedRollout:
+    """A rollout as its fence found it: the state then, and its log up to then."""
+
+    rollout_id: str
+    cut: LogCut
+    incomplete: bool
+    snapshot_id: str
+    version: int
+
+    def snapshot(self) -> TokenCaptureSnapshot:
+        """Read the entries (on any thread, once) and return the snapshot of the fence."""
+        return TokenCaptureSnapshot(
+            rollout_id=self.rollout_id,
+            entries=tuple(self.cut.entries()),
+            incomplete=self.incomplete,
+            snapshot_id=self.snapshot_id,
+            version=self.version,
+        )
 
 
 class RolloutLogs:
@@ -214,6 +237,14 @@ class RolloutLogs:
 
     def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
         """Fence the rollout durably and return what it holds now."""
+        return self.fence(rollout_id).snapshot()
+
+    def fence(self, rollout_id: str) -> FencedRollout:
+        """Fence the rollout durably; return its state now and its log as it is now.
+
+        Reading the entries (:meth:`FencedRollout.snapshot`) needs no lock: a fenced log only
+        gains marks, and what it held at the fence never changes.
+        """
         log = self._log(rollout_id)
         with log.locked(create=True):
             state = log.state
@@ -221,12 +252,8 @@ class RolloutLogs:
                 raise RolloutRetiredError.for_rollout(rollout_id)
             if not state.frozen:
                 log.append([freeze_record()])
-            return TokenCaptureSnapshot(
-                rollout_id=rollout_id,
-                entries=tuple(log.entries()),
-                incomplete=state.incomplete,
-                snapshot_id=state.snapshot_id,
-                version=state.version,
+            return FencedRollout(
+                rollout_id, log.cut(), state.incomplete, state.snapshot_id, state.version
             )
 
     def drop(self, rollout_id: str, snapshot_id: str, version: int) -> bool:

@@ -10,6 +10,7 @@ do not all honour.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Iterable
 
@@ -142,7 +143,10 @@ class FileTokenStore:
     async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
         """Fence ``rollout_id`` durably and return a snapshot of everything it holds."""
         rollout_id = validate_rollout_id(rollout_id)
-        return await self._writer.run(lambda logs: logs.freeze(rollout_id), rollout_id)
+        fenced = await self._writer.run(lambda logs: logs.fence(rollout_id), rollout_id)
+        # Reading a large rollout back takes a while; off the writer thread, other rollouts'
+        # puts go on meanwhile.
+        return await asyncio.to_thread(fenced.snapshot)
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
         """Retire ``rollout_id`` if it is frozen at exactly this snapshot; say whether it was."""

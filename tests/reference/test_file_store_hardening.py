@@ -1,4 +1,4 @@
-"""FileTokenStore in a hostile directory: hard links, foreign files, permissions, held locks."""
+"""FileTokenStore in a hostile directory and beside slow work: links, modes, locks, freezes."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
+from reference import _file_log
 from reference._file_log import log_name
 from reference.file_store import FileTokenStore, RolloutLockTimeoutError
 from tokcap_spec.errors import CorruptStoreError, StoreWriteError
@@ -235,3 +237,35 @@ class TestForeignLock:
             return sorted(e.model_call_id for e in snapshot.entries)
 
         assert run(scenario()) == ["a", "b"]
+
+
+class TestFreezeBesidePuts:
+    def test_a_slow_freeze_never_holds_up_puts_to_other_rollouts(
+        self, store: FileTokenStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """While one rollout's entries are being read back, another rollout's puts are acked."""
+        real = _file_log.unpack_entry
+        reading = threading.Event()
+        release = threading.Event()
+
+        def slow(rest: bytes, tokens: bytes) -> TokenEntry:
+            reading.set()
+            release.wait(30)
+            return real(rest, tokens)
+
+        async def scenario() -> bool:
+            await store.put(entry("big", "a"))
+            await store.put(entry("other", "a"))
+            monkeypatch.setattr(_file_log, "unpack_entry", slow)
+            freezing = asyncio.ensure_future(store.freeze("big"))
+            assert await asyncio.to_thread(reading.wait, 30)
+            await asyncio.wait_for(store.put(entry("other", "b")), 30)
+            overtaken = not freezing.done()
+            release.set()
+            assert len((await asyncio.wait_for(freezing, 30)).entries) == 1
+            return overtaken
+
+        try:
+            assert run(scenario())
+        finally:
+            release.set()
