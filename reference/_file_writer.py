@@ -132,12 +132,19 @@ def _finish(shard: _Shard, owed: OwedSync, puts: list[_Put], outcomes: list[Any]
     try:
         owed.run()
     except StoreWriteError as exc:
-        # Queued before the answers, so the mark lands before any call a caller makes next.
+        error = exc
         rollout_id, epoch = owed.rollout_id, owed.epoch
-        mark = _Job(None, None, rollout_id, lambda logs: logs.mark_unsynced(rollout_id, epoch))
-        shard.jobs.put(mark)
-        for put in puts:
-            _settle(put.loop, put.future, error=exc)
+
+        def mark_then_answer(logs: RolloutLogs) -> None:
+            # The puts fail only once the mark is down (or could not be), as they did when
+            # the sync ran on the shard: nobody sees the failure before the rollout is marked.
+            try:
+                logs.mark_unsynced(rollout_id, epoch)
+            finally:
+                for put in puts:
+                    _settle(put.loop, put.future, error=error)
+
+        shard.jobs.put(_Job(None, None, rollout_id, mark_then_answer))
         return
     for put, outcome in zip(puts, outcomes, strict=True):
         _settle(put.loop, put.future, error=outcome)
