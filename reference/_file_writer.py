@@ -275,7 +275,13 @@ def _serve(shard: _Shard, lock_timeout: float) -> None:
                 del waiting[key]
                 error = RolloutLockTimeoutError.after(busy, lock_timeout)
                 for item in left:
-                    _settle(item.loop, item.future, error=error)
+                    if isinstance(item, _Job) and item.future is None:
+                        # The store's own follow-up (a mark after a failed sync) answers puts
+                        # when it ends; it waits for the lock itself and gives up typed.
+                        with contextlib.suppress(Exception):
+                            item.work(shard.logs)
+                    else:
+                        _settle(item.loop, item.future, error=error)
             else:
                 wait.items, wait.busy = left, busy
                 wait.pause = min(2 * wait.pause, _LONGEST_PAUSE)
