@@ -47,8 +47,13 @@ from tokcap_spec.protocols import TokenCaptureSnapshot
 
 __all__ = ["OPEN_LOG_LIMIT", "FencedRollout", "RolloutLogs"]
 
-OPEN_LOG_LIMIT = 64
-"""How many rollout logs one instance keeps open between calls."""
+OPEN_LOG_LIMIT = 256
+"""How many rollout logs one instance keeps open between calls.
+
+A log closed to make room is read again from its start when next used, so this should exceed
+the number of rollouts a server writes at once (128 concurrent rollouts put 2-3x faster with
+256 than with 64); each open log holds one file descriptor.
+"""
 
 _TOMBSTONE_SIZE_LIMIT = 1024
 _LOGGER = logging.getLogger("reference.file_store")
