@@ -26,7 +26,7 @@ import re
 import stat
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager, suppress
 
 from reference._file_packed import unpack_entry
@@ -464,6 +464,20 @@ class LogCut:
         :class:`CorruptStoreError` naming the line of an entry that does not parse, and
         :class:`StoreWriteError` if the file cannot be read.
         """
+        steps = self.read_in_steps()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                entries: list[TokenEntry] = done.value
+                return entries
+
+    def read_in_steps(self) -> Generator[None, None, list[TokenEntry]]:
+        """Do what :meth:`entries` does one entry at a time, yielding between entries.
+
+        The generator's return value is the list :meth:`entries` returns; it raises what that
+        raises. Whoever drives it may do other work between steps.
+        """
         try:
             data = _read(self._fd, 0, self.size)
         except OSError as exc:
@@ -486,6 +500,7 @@ class LogCut:
                 record, entry = self._entry(data[start:end], number)
                 # A foreign writer's conflicting duplicate already marked the rollout; first wins.
                 entries.setdefault(record.call, entry)
+                yield
             start = end
         return list(entries.values())
 

@@ -15,7 +15,7 @@ import os
 import stat
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -44,6 +44,7 @@ from tokcap_spec.errors import (
     TokenCaptureError,
 )
 from tokcap_spec.protocols import TokenCaptureSnapshot
+from tokcap_spec.records import TokenEntry
 
 __all__ = ["OPEN_LOG_LIMIT", "FencedRollout", "RolloutLogs"]
 
@@ -71,9 +72,17 @@ class FencedRollout:
 
     def snapshot(self) -> TokenCaptureSnapshot:
         """Read the entries (on any thread, once) and return the snapshot of the fence."""
+        return self._snapshot(self.cut.entries())
+
+    def snapshot_in_steps(self) -> Generator[None, None, TokenCaptureSnapshot]:
+        """Do what :meth:`snapshot` does one entry at a time, yielding between entries."""
+        entries = yield from self.cut.read_in_steps()
+        return self._snapshot(entries)
+
+    def _snapshot(self, entries: list[TokenEntry]) -> TokenCaptureSnapshot:
         return TokenCaptureSnapshot(
             rollout_id=self.rollout_id,
-            entries=tuple(self.cut.entries()),
+            entries=tuple(entries),
             incomplete=self.incomplete,
             snapshot_id=self.snapshot_id,
             version=self.version,

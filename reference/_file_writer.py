@@ -27,7 +27,7 @@ import threading
 import time
 import weakref
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -45,6 +45,9 @@ DEFAULT_SHARDS = 1
 
 SYNC_THREADS = 16
 """How many syncs of different rollouts one shard lets run at once."""
+
+STEP_SECONDS = 0.001
+"""How long long work done in steps (reading a rollout back) runs before others get a turn."""
 
 _FIRST_PAUSE = 0.0005
 _LONGEST_PAUSE = 0.02
@@ -69,6 +72,13 @@ class _Put:
     refused: bool = False
 
 
+@dataclass(slots=True)
+class _Steps:
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    steps: Generator[None, None, Any]
+
+
 @dataclass
 class _Stop:
     done: list[_Job] = field(default_factory=list)
@@ -83,7 +93,7 @@ class _Waiting:
     next_try: float
 
 
-_Item = _Job | _Put | _Stop
+_Item = _Job | _Put | _Steps | _Stop
 
 
 def _deliver(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -214,6 +224,23 @@ def _run_in_order(
     return [], None
 
 
+def _step(shard: _Shard, item: _Steps) -> None:
+    """Advance ``item`` for up to :data:`STEP_SECONDS`; if unfinished, queue it behind the rest."""
+    deadline = time.perf_counter() + STEP_SECONDS
+    try:
+        while True:
+            next(item.steps)
+            if time.perf_counter() >= deadline:
+                break
+    except StopIteration as done:
+        _settle(item.loop, item.future, done.value)
+        return
+    except Exception as exc:
+        _settle(item.loop, item.future, error=_typed(exc, None))
+        return
+    shard.jobs.put(item)
+
+
 def _run_ready(
     shard: _Shard,
     ready: dict[str | None, list[_Job | _Put]],
@@ -256,6 +283,10 @@ def _serve(shard: _Shard, lock_timeout: float) -> None:
         for item in batch:
             if isinstance(item, _Stop):
                 stop = item
+            elif isinstance(item, _Steps):
+                # Long work takes a step at a time, between the work queued around it.
+                _run_ready(shard, ready, waiting, lock_timeout)
+                _step(shard, item)
             elif item.key in waiting:
                 waiting[item.key].items.append(item)
             elif item.key is None:
@@ -362,6 +393,18 @@ class WriterThread:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._queue(key).put(_Job(loop, future, key, work))
+        return await future
+
+    async def run_in_steps(self, steps: Generator[None, None, T], key: str | None = None) -> T:
+        """Drive ``steps`` to its end on the thread of ``key``; return its return value.
+
+        Between steps that took :data:`STEP_SECONDS`, the thread serves other work, so long
+        work (reading a large rollout back) does not hold up other rollouts' puts; and, unlike a
+        thread of its own, it never competes with them for the GIL.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue(key).put(_Steps(loop, future, steps))
         return await future
 
     async def put(

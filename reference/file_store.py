@@ -10,7 +10,6 @@ do not all honour.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable, Iterable
 
@@ -144,9 +143,8 @@ class FileTokenStore:
         """Fence ``rollout_id`` durably and return a snapshot of everything it holds."""
         rollout_id = validate_rollout_id(rollout_id)
         fenced = await self._writer.run(lambda logs: logs.fence(rollout_id), rollout_id)
-        # Reading a large rollout back takes a while; off the writer thread, other rollouts'
-        # puts go on meanwhile.
-        return await asyncio.to_thread(fenced.snapshot)
+        # Reading a large rollout back takes a while: in steps, other rollouts' puts go on.
+        return await self._writer.run_in_steps(fenced.snapshot_in_steps(), rollout_id)
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
         """Retire ``rollout_id`` if it is frozen at exactly this snapshot; say whether it was."""

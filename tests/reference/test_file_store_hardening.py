@@ -15,7 +15,9 @@ from typing import Any, TypeVar
 import pytest
 
 from reference import _file_log
+from reference import _file_writer as writer
 from reference._file_log import log_name
+from reference._file_rollouts import RolloutLogs
 from reference.file_store import FileTokenStore, RolloutLockTimeoutError
 from tokcap_spec.errors import CorruptStoreError, StoreWriteError
 from tokcap_spec.records import TokenEntry
@@ -240,32 +242,48 @@ class TestForeignLock:
 
 
 class TestFreezeBesidePuts:
-    def test_a_slow_freeze_never_holds_up_puts_to_other_rollouts(
+    def test_a_put_queued_during_a_freeze_is_written_before_the_freeze_has_read_everything(
         self, store: FileTokenStore, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """While one rollout's entries are being read back, another rollout's puts are acked."""
-        real = _file_log.unpack_entry
+        """Reading a rollout back gives way between entries to puts to other rollouts."""
+        calls = [f"c{i}" for i in range(6)]
+        order: list[str] = []
         reading = threading.Event()
-        release = threading.Event()
+        queued = threading.Event()
+        real_unpack = _file_log.unpack_entry
+        real_append = RolloutLogs.append_entries
 
-        def slow(rest: bytes, tokens: bytes) -> TokenEntry:
-            reading.set()
-            release.wait(30)
-            return real(rest, tokens)
+        def unpack(rest: bytes, tokens: bytes) -> TokenEntry:
+            order.append("read")
+            if len(order) == 1:
+                reading.set()
+            elif len(order) == 2:
+                # The put must be queued before this step ends, whatever the thread timing.
+                assert queued.wait(30)
+            return real_unpack(rest, tokens)
 
-        async def scenario() -> bool:
-            await store.put(entry("big", "a"))
+        def append(logs: RolloutLogs, rollout_id: str, items: Any) -> Any:
+            order.append(f"append {rollout_id}")
+            return real_append(logs, rollout_id, items)
+
+        async def scenario() -> None:
+            for call in calls:
+                await store.put(entry("big", call))
             await store.put(entry("other", "a"))
-            monkeypatch.setattr(_file_log, "unpack_entry", slow)
+            monkeypatch.setattr(_file_log, "unpack_entry", unpack)
+            monkeypatch.setattr(writer, "STEP_SECONDS", 0.0)
+            monkeypatch.setattr(RolloutLogs, "append_entries", append)
             freezing = asyncio.ensure_future(store.freeze("big"))
             assert await asyncio.to_thread(reading.wait, 30)
-            await asyncio.wait_for(store.put(entry("other", "b")), 30)
-            overtaken = not freezing.done()
-            release.set()
-            assert len((await asyncio.wait_for(freezing, 30)).entries) == 1
-            return overtaken
+            put = asyncio.ensure_future(store.put(entry("other", "b")))
+            await asyncio.sleep(0)
+            queued.set()
+            await asyncio.wait_for(put, 30)
+            assert len((await asyncio.wait_for(freezing, 30)).entries) == len(calls)
 
         try:
-            assert run(scenario())
+            run(scenario())
         finally:
-            release.set()
+            queued.set()
+        assert order.index("append other") < len(order) - 1
+        assert order.count("read") == len(calls)
