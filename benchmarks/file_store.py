@@ -1,26 +1,29 @@
 """How close FileTokenStore comes to the disk's limit: medians and ratios measured in one run.
 
-    python -m benchmarks.file_store            # the full run (several minutes)
-    python -m benchmarks.file_store --quick    # a smoke run (well under a minute)
+    python -m benchmarks.file_store                  # the production workload (a few minutes)
+    python -m benchmarks.file_store --quick          # a smoke run (under a minute)
+    python -m benchmarks.file_store --one-rollout    # also the one-rollout series below
     python benchmarks/file_store.py [--quick] [--root DIR]
 
-Every comparison is a ratio of two medians measured in the same run, on the same disk, against
-a raw loop that needs no store: ``os.write`` of a line of the same size to a file opened with
-``O_APPEND``, then ``os.fsync``. Absolute figures depend on the machine and on whatever else
-runs on it; the ratios are what to compare between runs. Nothing here passes or fails: the
+Absolute figures depend on the machine and on whatever else runs on it; the ratios, measured
+side by side in one run, are what to compare between runs. Nothing here passes or fails: the
 printed goals say whether a ratio met its target. The sections:
 
-1. put throughput into one rollout through the async API (serialization included) vs the raw
-   loop, rollouts of 10, 100, 1,000 and 5,000 entries, small (64 prompt / 32 generated tokens)
-   and large (8,192 / 2,048) entries, log probs always present. Goal: at least 0.7x the raw loop.
-2. per-put latency late in a 5,000-entry rollout vs in a 10-entry rollout. Goal: within 1.2x.
-3. freeze (same instance, fresh instance) and drop latency vs entry count, with the cost per
-   MiB read, which stays flat when freeze is linear in bytes read.
-4. 4 spawned writers on different rollouts and on one rollout vs 4 raw loops run the same way.
-5. the hop to a worker thread: ``asyncio.to_thread`` alone vs the store's writer thread, next to
-   a small put; then where a put's time goes (serialize, check, the writer's blocking work, the
-   hop) and a cProfile of that work, which runs on the writer thread where a profiler started on
-   the event loop's thread cannot see it.
+1-3. the production workload (``benchmarks.workload``): small, large and mixed entries from
+   1, 32 and 128 concurrent rollouts in one process and from 1 and 4 spawned processes, against
+   the disk floor (packed bytes + ``fdatasync``, one thread per rollout up to 16) and a sqlite3
+   store; event-loop lag under 32 concurrent large puts; freeze cost per MiB and its effect on
+   other rollouts' puts. Goals: every cell at least 0.7x the disk; lag p99 under 2 ms; freeze
+   under 5 ms per MiB; a freeze at most doubles other rollouts' put latency.
+4. where a put's time goes: ``asyncio.to_thread`` alone vs the store's writer thread, then a put
+   split into its check and packing, the writer's blocking work, and the hop, with a cProfile
+   of that work (which runs on a writer thread, where a profiler on the event loop's thread
+   cannot see it): the floor of what is left.
+
+With ``--one-rollout``, also the series of earlier measurements: one rollout of 10 to 5,000
+entries put one at a time against a raw ``os.write`` + ``os.fsync`` loop of the same lines
+(goal 0.7x), per-put latency late in a 5,000-entry rollout vs a 10-entry one (goal 1.2x),
+freeze and drop latency by entry count, and 4 spawned writers against 4 raw loops.
 
 docs/performance.md records one full run and reads it.
 """
@@ -34,7 +37,6 @@ import io
 import multiprocessing
 import os
 import pstats
-import random
 import shutil
 import statistics
 import sys
@@ -49,6 +51,8 @@ if __package__ in (None, ""):
     # Run as a script: make the repository root importable, for this process and spawned writers.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.workload import entry_pool, main_sections, timed_from_barrier
+from reference._file_packed import check_entry
 from reference._file_records import entry_record
 from reference._file_rollouts import RolloutLogs
 from reference.file_store import FileTokenStore
@@ -93,20 +97,7 @@ QUICK = Scale(
 
 def templates(shape: str) -> list[TokenEntry]:
     """Return the entry payloads of ``shape``, seeded so every run writes the same bytes."""
-    prompt, generated = SHAPES[shape]
-    rng = random.Random(shape)
-    return [
-        TokenEntry(
-            rollout_id="template",
-            model_call_id="template",
-            model="bench-model",
-            prompt_token_ids=[rng.randrange(150_000) for _ in range(prompt)],
-            generation_token_ids=[rng.randrange(150_000) for _ in range(generated)],
-            generation_log_probs=[-rng.expovariate(1.0) for _ in range(generated)],
-            created_at=1_700_000_000.0,
-        )
-        for _ in range(TEMPLATES)
-    ]
+    return entry_pool(shape, TEMPLATES)
 
 
 def entries(pool: Sequence[TokenEntry], rollout_id: str, count: int) -> list[TokenEntry]:
@@ -288,7 +279,7 @@ def put_series(root: str, shape: str, size: int, repeats: int) -> PutSeries:
 
 
 def section_puts(root: str, scale: Scale) -> list[PutSeries]:
-    print("\n## 1. put throughput into one rollout: async put vs raw append + fsync per line")
+    print("\n## 5. put throughput into one rollout: async put vs raw append + fsync per line")
     print("(raw+ser also serializes each entry first, as any store given a TokenEntry must)")
     print(
         f"{'shape':>6} {'entries':>7} {'repeats':>7} {'put ms/entry':>13} {'raw ms/entry':>13} "
@@ -319,7 +310,7 @@ def drift(small: list[list[float]], large: list[list[float]]) -> tuple[float, fl
 
 
 def section_flat(series: list[PutSeries]) -> None:
-    print("\n## 2. per-put latency: the last tenth of the largest rollout vs 10-entry rollouts")
+    print("\n## 6. per-put latency: the last tenth of the largest rollout vs 10-entry rollouts")
     print("(every repeat pooled; the raw loop's own drift, measured alongside, is the disk's)")
     for shape in SHAPES:
         cells = {cell.size: cell for cell in series if cell.shape == shape}
@@ -337,7 +328,7 @@ def section_flat(series: list[PutSeries]) -> None:
 
 
 def section_freeze(series: list[PutSeries]) -> None:
-    print("\n## 3. freeze and drop latency vs entry count (ms; freeze also per MiB of log read)")
+    print("\n## 7. freeze and drop latency vs entry count (ms; freeze also per MiB of log read)")
     print(
         f"{'shape':>6} {'entries':>7} {'MiB':>8} {'freeze':>9} {'fresh':>9} {'drop':>9} "
         f"{'freeze/MiB':>10} {'fresh/MiB':>10}"
@@ -385,14 +376,8 @@ def spawned_wall(target: Callable[..., None], root: str, shared: bool, puts: int
         )
         for w in range(4)
     ]
-    for process in processes:
-        process.start()
     # Writers build their entries first; the clock starts once all four wait at the barrier.
-    go.wait()
-    started = time.perf_counter()
-    for process in processes:
-        process.join()
-    elapsed = time.perf_counter() - started
+    elapsed = timed_from_barrier(processes, go)
     if any(process.exitcode != 0 for process in processes):
         raise RuntimeError(f"a spawned writer failed: {[p.exitcode for p in processes]}")
     return elapsed
@@ -400,7 +385,7 @@ def spawned_wall(target: Callable[..., None], root: str, shared: bool, puts: int
 
 def section_spawned(root: str, scale: Scale) -> None:
     puts = scale.spawned_puts
-    print(f"\n## 4. 4 spawned writers, {puts} small puts each: store vs raw loop run the same way")
+    print(f"\n## 8. 4 spawned writers, {puts} small puts each: store vs raw loop run the same way")
     for shared in (False, True):
         store_walls, raw_walls = [], []
         for _ in range(3 if scale is FULL else 1):
@@ -415,7 +400,7 @@ def section_spawned(root: str, scale: Scale) -> None:
 
 
 def section_hop(root: str, scale: Scale) -> None:
-    print("\n## 5. the hop to a worker thread, and where a put's time goes (medians, ms)")
+    print("\n## 4. the hop to a worker thread, and where a put's time goes (medians, ms)")
 
     async def measure() -> dict[str, float]:
         store = FileTokenStore(root)
@@ -444,10 +429,18 @@ def section_hop(root: str, scale: Scale) -> None:
     )
     for shape, count in (("small", scale.hops // 4), ("large", max(10, scale.hops // 40))):
         split = asyncio.run(put_split(root, shape, count))
-        s, c, b, p = split["serialize"], split["check"], split["blocking"], split["put"]
+        c, a, y, p = split["check"], split["append"], split["sync"], split["put"]
         print(
-            f"{shape:>6} put {ms(p)} = serialize {ms(s)} + check {ms(c)} "
-            f"+ writer's blocking work {ms(b)} + hop and wake-ups {ms(p - s - c - b)}"
+            f"{shape:>6} put {ms(p)} = check and pack {ms(c)} + lock and append {ms(a)} "
+            f"+ sync {ms(y)} + hop and wake-ups {ms(p - c - a - y)}   "
+            f"(canonical JSON alone: {ms(split['json'])})"
+        )
+        # The check and the append hold the GIL, so they bound one process whatever the disk
+        # does; the hop's wake-ups overlap between rollouts and are left out.
+        floor = c + a
+        print(
+            f"{shape:>6} floor: check, pack and append take {ms(floor)} ms under the GIL, so one "
+            f"process stays below {1 / floor:8.0f} puts/s however many rollouts run at once"
         )
         profile_blocking(root, shape, count)
 
@@ -456,7 +449,7 @@ async def put_split(root: str, shape: str, count: int) -> dict[str, float]:
     """Median put latency next to its parts, measured alternately so disk noise hits all alike."""
     store = FileTokenStore(root)
     logs = RolloutLogs(root)
-    serialize, checked, blocking, puts = [], [], [], []
+    canonical, checked, appended, synced, puts = [], [], [], [], []
     whole = entries(templates(shape), f"split-{shape}-put", count)
     parts = entries(templates(shape), f"split-{shape}-parts", count)
     for each, part in zip(whole, parts, strict=True):
@@ -465,31 +458,36 @@ async def put_split(root: str, shape: str, count: int) -> dict[str, float]:
         puts.append(time.perf_counter() - started)
         started = time.perf_counter()
         part.to_json_bytes()
-        serialize.append(time.perf_counter() - started)
+        canonical.append(time.perf_counter() - started)
         started = time.perf_counter()
-        payload = part.checked_json_bytes()
+        payload = check_entry(part)
         checked.append(time.perf_counter() - started)
         started = time.perf_counter()
-        logs.put(part.rollout_id, [(part.model_call_id, payload)])
-        blocking.append(time.perf_counter() - started)
+        _, owed = logs.append_entries(part.rollout_id, [(part.model_call_id, payload)])
+        appended.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        if owed is not None:
+            owed.run()
+        synced.append(time.perf_counter() - started)
     logs.close()
     await store.close()
     return {
-        "serialize": statistics.median(serialize),
-        "check": statistics.median(checked) - statistics.median(serialize),
-        "blocking": statistics.median(blocking),
+        "json": statistics.median(canonical),
+        "check": statistics.median(checked),
+        "append": statistics.median(appended),
+        "sync": statistics.median(synced),
         "put": statistics.median(puts),
     }
 
 
 def profile_blocking(root: str, shape: str, count: int) -> None:
-    """Print the functions that take most of the serialize + blocking work of a put."""
+    """Print the functions that take most of the check + blocking work of a put."""
     batch = entries(templates(shape), f"profile-{shape}", count)
     logs = RolloutLogs(root)
     profiler = cProfile.Profile()
     profiler.enable()
     for each in batch:
-        logs.put(each.rollout_id, [(each.model_call_id, each.checked_json_bytes())])
+        logs.put(each.rollout_id, [(each.model_call_id, check_entry(each))])
     profiler.disable()
     logs.close()
     out = io.StringIO()
@@ -497,7 +495,7 @@ def profile_blocking(root: str, shape: str, count: int) -> None:
     stats.sort_stats("tottime").print_stats(8)
     body = out.getvalue()
     table = body[body.find("   ncalls") :].rstrip()
-    print(f"cProfile of {count} {shape} puts' serialize + blocking work, by own time:\n{table}")
+    print(f"cProfile of {count} {shape} puts' check + blocking work, by own time:\n{table}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -505,6 +503,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run with small sizes")
     parser.add_argument("--root", help="directory to write in (default: a temporary one)")
+    parser.add_argument(
+        "--one-rollout", action="store_true", help="also run the one-rollout series"
+    )
     args = parser.parse_args(argv)
     scale = QUICK if args.quick else FULL
     root = tempfile.mkdtemp(prefix="tokcap-bench-", dir=args.root)
@@ -514,11 +515,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
     )
     try:
-        series = section_puts(root, scale)
-        section_flat(series)
-        section_freeze(series)
-        section_spawned(root, scale)
+        main_sections(root, args.quick)
         section_hop(root, scale)
+        if args.one_rollout:
+            series = section_puts(root, scale)
+            section_flat(series)
+            section_freeze(series)
+            section_spawned(root, scale)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"\n({time.monotonic() - started:.0f} s; load average now {os.getloadavg()[0]:.1f})")

@@ -7,8 +7,13 @@ takes the lock checks that the path still names the inode it locked and reopens 
 not. While locked, the log first catches up: it reads only the bytes appended since it last
 looked, cuts a torn final line (a writer that died mid-append) and replays the rest.
 
-Nothing here follows a symlink: files are opened relative to the directory's descriptor with
-``O_NOFOLLOW``, and anything but a regular file is refused.
+Nothing here follows a symlink or trusts a file the store did not make: files are opened
+relative to the directory's descriptor with ``O_NOFOLLOW``, and anything but a regular file with
+exactly one link (a hard link may lead outside the directory) is refused before a byte of it is
+cut or written. A lock is only ever tried, never waited for here: a lock held elsewhere raises
+:class:`RolloutLockBusy` at once, so the caller decides how long to wait and what else to do
+meanwhile. Every ``OSError`` leaves as a :class:`~tokcap_spec.errors.StoreWriteError` naming the
+file and what was being done.
 """
 
 from __future__ import annotations
@@ -17,13 +22,18 @@ import errno
 import fcntl
 import hashlib
 import os
+import re
 import stat
+import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager, suppress
 
+from reference._file_packed import unpack_entry
 from reference._file_records import (
     ENTRY_PREFIX,
+    PACKED,
+    PACKED_PREFIX,
     Record,
     RolloutState,
     has_checksum,
@@ -34,13 +44,50 @@ from reference._file_records import (
 from tokcap_spec.errors import CorruptStoreError, StoreWriteError
 from tokcap_spec.records import TokenEntry
 
-__all__ = ["RolloutLog", "log_name", "rollout_id_of", "sync_directory"]
+__all__ = [
+    "LogCut",
+    "OwedSync",
+    "RolloutLockBusy",
+    "RolloutLockTimeoutError",
+    "RolloutLog",
+    "is_temporary_name",
+    "log_name",
+    "rollout_id_of",
+    "sync_directory",
+]
 
 _OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _SUFFIX = ".log"
 # Each retry means another process replaced the file in between; this many in a row does not
 # happen on a file system whose stat and fstat agree.
 _REOPEN_LIMIT = 1000
+_HEADER_START = b'{"epoch":"'
+_TEMPORARY = re.compile(r"\.(?P<log>.+)\.[0-9]+\.[0-9a-f]{12}\.tmp")
+_FIRST_WAIT = 0.0005
+_LONGEST_WAIT = 0.02
+
+
+class RolloutLockBusy(Exception):
+    """Another process or instance holds a rollout's lock right now; nothing was done."""
+
+    def __init__(self, rollout_id: str, path: str) -> None:
+        super().__init__(f"{path}: the lock of rollout {rollout_id!r} is held elsewhere")
+        self.rollout_id = rollout_id
+        self.path = path
+
+
+class RolloutLockTimeoutError(StoreWriteError):
+    """A rollout's lock stayed held elsewhere for longer than the store waits; nothing was done."""
+
+    @classmethod
+    def after(cls, busy: RolloutLockBusy, seconds: float) -> RolloutLockTimeoutError:
+        """Return the error for waiting ``seconds`` in vain for the lock ``busy`` found held."""
+        return cls(
+            errno.ETIMEDOUT,
+            f"rollout {busy.rollout_id!r}: its lock file {busy.path} stayed locked by another "
+            f"process or instance for {seconds:g} s; nothing was written. Find the holder "
+            "(for example with `fuser` or `lsof`) or raise lock_timeout",
+        )
 
 
 def _sync_data(fd: int) -> None:
@@ -65,9 +112,34 @@ def rollout_id_of(name: str) -> str | None:
     return rollout_id if rollout_id and log_name(rollout_id) == name else None
 
 
+def is_temporary_name(name: str) -> bool:
+    """Return whether ``name`` is a temporary file this store makes while writing a tombstone."""
+    match = _TEMPORARY.fullmatch(name)
+    return match is not None and rollout_id_of(match["log"]) is not None
+
+
+def temporary_name(rollout_id: str) -> str:
+    """Return a fresh name for a temporary file beside ``rollout_id``'s log."""
+    return f".{log_name(rollout_id)}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
+
+
 def sync_directory(dir_fd: int) -> None:
     """Make the directory's entries (created, renamed or removed files) durable."""
     os.fsync(dir_fd)
+
+
+def refuse_foreign(path: str, info: os.stat_result) -> None:
+    """Raise :class:`CorruptStoreError` unless ``info`` is a regular file with a single link."""
+    if not stat.S_ISREG(info.st_mode):
+        raise CorruptStoreError(
+            f"{path}: expected a regular file, found mode {stat.filemode(info.st_mode)}"
+        )
+    if info.st_nlink != 1:
+        raise CorruptStoreError(
+            f"{path}: expected a file with one link, as the store creates, found "
+            f"{info.st_nlink} links; another name may lead to a file outside the store, so "
+            "nothing is read from or written to it"
+        )
 
 
 class RolloutLog:
@@ -76,8 +148,9 @@ class RolloutLog:
     ``state`` is valid only inside :meth:`locked`, where it reflects every complete record.
     """
 
-    def __init__(self, dir_fd: int, root: str, rollout_id: str) -> None:
+    def __init__(self, dir_fd: int, root: str, rollout_id: str, mode: int = 0o600) -> None:
         self._dir_fd = dir_fd
+        self._mode = mode
         self.name = log_name(rollout_id)
         self.path = os.path.join(root, self.name)
         self.rollout_id = rollout_id
@@ -92,22 +165,26 @@ class RolloutLog:
         """Release the file descriptor; the next :meth:`locked` reopens the file."""
         if self._fd >= 0:
             # A forked child may share this open file; only an explicit unlock frees the lock.
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
+            with suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            with suppress(OSError):
+                os.close(self._fd)
         self._fd = -1
         self._identity = (0, 0)
         self._offset = 0
         self.state = RolloutState(self.rollout_id)
 
     @contextmanager
-    def locked(self, *, create: bool) -> Iterator[bool]:
+    def locked(self, *, create: bool, wait: float = 0.0) -> Iterator[bool]:
         """Hold the rollout's lock, caught up with every complete record; yield whether it exists.
 
         With ``create`` a missing log is created empty; without it a missing log is left missing
-        (and yields False). Raises :class:`CorruptStoreError` for damage before the tail or for
-        anything at the log's name that is not a regular file.
+        (and yields False). If the lock is held elsewhere, it is tried again for up to ``wait``
+        seconds; then :class:`RolloutLockBusy` is raised (at once when ``wait`` is 0). Raises
+        :class:`CorruptStoreError` for damage before the tail or for anything at the log's name
+        that is not a regular file with one link, before anything in it is changed.
         """
-        if not self._acquire(create):
+        if not self._acquire(create, wait):
             yield False
             return
         try:
@@ -118,18 +195,49 @@ class RolloutLog:
                 self._replaced = False
                 self.close()
             elif self._fd >= 0:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                with suppress(OSError):
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
 
-    def _acquire(self, create: bool) -> bool:
+    def _lock(self, wait: float) -> None:
+        deadline = time.monotonic() + wait
+        pause = _FIRST_WAIT
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RolloutLockBusy(self.rollout_id, self.path) from None
+            except OSError as exc:
+                self.close()
+                raise StoreWriteError(
+                    exc.errno, f"{self.path}: could not lock the log: {exc}"
+                ) from exc
+            # flock has no timeout; a short, growing pause bounds both the wait and the spin.
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, _LONGEST_WAIT)
+
+    def _acquire(self, create: bool, wait: float) -> bool:
         for _ in range(_REOPEN_LIMIT):
             if self._fd < 0 and not self._open(create):
                 return False
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            self._lock(wait)
             try:
                 current = os.stat(self.name, dir_fd=self._dir_fd, follow_symlinks=False)
             except FileNotFoundError:
                 current = None
+            except OSError as exc:
+                self.close()
+                raise StoreWriteError(
+                    exc.errno, f"{self.path}: could not stat the log: {exc}"
+                ) from exc
             if current is not None and (current.st_dev, current.st_ino) == self._identity:
+                try:
+                    refuse_foreign(self.path, current)
+                except CorruptStoreError:
+                    self.close()
+                    raise
                 # The name names the locked inode, so this is its size: no fstat needed.
                 self._size = current.st_size
                 return True
@@ -142,7 +250,7 @@ class RolloutLog:
     def _open(self, create: bool) -> bool:
         flags = _OPEN_FLAGS | (os.O_CREAT if create else 0)
         try:
-            fd = os.open(self.name, flags, 0o644, dir_fd=self._dir_fd)
+            fd = os.open(self.name, flags, self._mode, dir_fd=self._dir_fd)
         except FileNotFoundError:
             return False
         except OSError as exc:
@@ -155,12 +263,15 @@ class RolloutLog:
                     f"{self.path}: expected a regular file, found something else ({exc.strerror})"
                 ) from None
             raise StoreWriteError(exc.errno, f"{self.path}: could not open the log: {exc}") from exc
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        try:
+            info = os.fstat(fd)
+            refuse_foreign(self.path, info)
+        except OSError as exc:
             os.close(fd)
-            raise CorruptStoreError(
-                f"{self.path}: expected a regular file, found mode {stat.filemode(info.st_mode)}"
-            )
+            raise StoreWriteError(exc.errno, f"{self.path}: could not stat the log: {exc}") from exc
+        except CorruptStoreError:
+            os.close(fd)
+            raise
         self._fd = fd
         self._identity = (info.st_dev, info.st_ino)
         self._offset = 0
@@ -176,23 +287,38 @@ class RolloutLog:
             )
         if size == self._offset:
             return
-        data = _read(self._fd, self._offset, size - self._offset)
+        data = self._read(self._offset, size - self._offset)
         complete = data.rfind(b"\n") + 1
-        if complete < len(data):
-            # Appends happen under the lock, so an unterminated tail is a writer that died.
-            try:
-                os.ftruncate(self._fd, self._offset + complete)
-                os.fsync(self._fd)
-            except OSError as exc:
-                raise StoreWriteError(
-                    exc.errno, f"{self.path}: could not cut off a torn final line: {exc}"
-                ) from exc
+        # Every complete line is checked before a torn tail is cut, and a first line that is
+        # not the store's own header is never cut: the file may not be one the store wrote.
+        if self._offset == 0 and not complete and not _could_be_header(data):
+            raise CorruptStoreError(
+                f"{self.path}: holds {len(data)} bytes without a newline that do not begin a log "
+                "header; this is not a file the store wrote, so it is left as it is"
+            )
         start = 0
         while start < complete:
             end = data.index(b"\n", start) + 1
             self._apply(data[start:end])
             self._offset += end - start
             start = end
+        if complete < len(data):
+            # Appends happen under the lock, so an unterminated tail is a writer that died.
+            try:
+                os.ftruncate(self._fd, self._offset)
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise StoreWriteError(
+                    exc.errno, f"{self.path}: could not cut off a torn final line: {exc}"
+                ) from exc
+
+    def _read(self, offset: int, size: int) -> bytes:
+        try:
+            return _read(self._fd, offset, size)
+        except OSError as exc:
+            raise StoreWriteError(
+                exc.errno, f"{self.path}: could not read {size} bytes at offset {offset}: {exc}"
+            ) from exc
 
     def _apply(self, line: bytes) -> None:
         state = self.state
@@ -249,61 +375,47 @@ class RolloutLog:
         records stay in the log (others may already have read them, so they cannot be cut off)
         with their durability unknown.
         """
-        try:
-            _sync_data(self._fd)
-        except OSError as exc:
-            raise StoreWriteError(
-                exc.errno, f"{self.path}: could not sync the records just appended: {exc}"
-            ) from exc
+        _sync_appended(self._fd, self.path)
+
+    def owe_sync(self) -> OwedSync:
+        """Return the sync :meth:`append` without ``sync`` left owed, to take on any thread.
+
+        It holds a descriptor of its own, so closing or reopening this log meanwhile does not
+        disturb it. Raises :class:`StoreWriteError` if no descriptor can be had.
+        """
+        fd = self._own_descriptor("for its sync")
+        return OwedSync(fd, self.path, self.rollout_id, self.state.epoch)
 
     def entries(self) -> list[TokenEntry]:
         """Return one fresh entry per call id, in log order (call only inside :meth:`locked`).
 
-        Every line is read again from the file, and its checksum checked again. Raises
-        :class:`CorruptStoreError` naming the line of an entry that does not parse.
+        See :meth:`LogCut.entries`.
         """
-        data = _read(self._fd, 0, self._offset)
-        sealed = self.state.sealed
-        entries: dict[str, TokenEntry] = {}
-        start = number = 0
-        while start < len(data):
-            end = data.index(b"\n", start) + 1
-            number += 1
-            if data.startswith(ENTRY_PREFIX, start):
-                try:
-                    record = parse_record(data[start:end], sealed=sealed)
-                except ValueError as exc:
-                    raise CorruptStoreError(
-                        f"{self.path}: line {number} changed since it was replayed: {exc}"
-                    ) from None
-                try:
-                    entry = TokenEntry.from_json_bytes(record.payload)
-                except (ValueError, RecursionError) as exc:
-                    raise CorruptStoreError(
-                        f"{self.path}: line {number} holds an entry this reader refuses: {exc}"
-                    ) from None
-                if entry.rollout_id != self.rollout_id:
-                    raise CorruptStoreError(
-                        f"{self.path}: line {number} holds an entry of rollout "
-                        f"{entry.rollout_id!r} in the log of {self.rollout_id!r}"
-                    )
-                if entry.model_call_id != record.call:
-                    raise CorruptStoreError(
-                        f"{self.path}: line {number} files the entry of call "
-                        f"{entry.model_call_id!r} under call {record.call!r}"
-                    )
-                # A foreign writer's conflicting duplicate already marked the rollout; first wins.
-                entries.setdefault(record.call, entry)
-            start = end
-        return list(entries.values())
+        return self.cut().entries()
+
+    def cut(self) -> LogCut:
+        """Return the log as it is now, to read on any thread (call only inside :meth:`locked`).
+
+        Raises :class:`StoreWriteError` if no descriptor of its own can be had for it.
+        """
+        fd = self._own_descriptor("to read it")
+        return LogCut(fd, self.path, self.rollout_id, self._offset, self.state.sealed)
+
+    def _own_descriptor(self, purpose: str) -> int:
+        try:
+            return os.dup(self._fd)
+        except OSError as exc:
+            raise StoreWriteError(
+                exc.errno, f"{self.path}: could not hold the log open {purpose}: {exc}"
+            ) from exc
 
     def replace_with_tombstone(self, reason: str, at: float) -> None:
         """Atomically replace the log by a tombstone; call only inside :meth:`locked`."""
         record = tombstone_record(self.rollout_id, reason, at)
-        temporary = f".{self.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
+        temporary = temporary_name(self.rollout_id)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            fd = os.open(temporary, flags, 0o644, dir_fd=self._dir_fd)
+            fd = os.open(temporary, flags, self._mode, dir_fd=self._dir_fd)
             try:
                 _write(fd, record.encode(sealed=True), 0)
                 os.fsync(fd)
@@ -329,6 +441,130 @@ class RolloutLog:
         except OSError as exc:
             raise StoreWriteError(exc.errno, f"{self.path}: could not remove it: {exc}") from exc
         self._replaced = True
+
+
+class LogCut:
+    """The first ``size`` bytes of a log, which appends never change: read once, on any thread.
+
+    It holds a descriptor of its own, so the log may be appended to, closed or replaced while
+    it is read.
+    """
+
+    def __init__(self, fd: int, path: str, rollout_id: str, size: int, sealed: bool) -> None:
+        self._fd = fd
+        self.path = path
+        self.rollout_id = rollout_id
+        self.size = size
+        self.sealed = sealed
+
+    def entries(self) -> list[TokenEntry]:
+        """Return one fresh entry per call id, in log order, and release the descriptor.
+
+        Every line is read again from the file, and its checksum checked again. Raises
+        :class:`CorruptStoreError` naming the line of an entry that does not parse, and
+        :class:`StoreWriteError` if the file cannot be read.
+        """
+        steps = self.read_in_steps()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                entries: list[TokenEntry] = done.value
+                return entries
+
+    def read_in_steps(self) -> Generator[None, None, list[TokenEntry]]:
+        """Do what :meth:`entries` does one entry at a time, yielding between entries.
+
+        The generator's return value is the list :meth:`entries` returns; it raises what that
+        raises. Whoever drives it may do other work between steps.
+        """
+        try:
+            data = _read(self._fd, 0, self.size)
+        except OSError as exc:
+            raise StoreWriteError(
+                exc.errno, f"{self.path}: could not read {self.size} bytes at offset 0: {exc}"
+            ) from exc
+        finally:
+            os.close(self._fd)
+        if len(data) < self.size:
+            raise CorruptStoreError(
+                f"{self.path}: shrank below the {self.size} bytes already read while being "
+                "read; it was truncated outside the store"
+            )
+        entries: dict[str, TokenEntry] = {}
+        start = number = 0
+        while start < len(data):
+            end = data.index(b"\n", start) + 1
+            number += 1
+            if data.startswith(ENTRY_PREFIX, start) or data.startswith(PACKED_PREFIX, start):
+                record, entry = self._entry(data[start:end], number)
+                # A foreign writer's conflicting duplicate already marked the rollout; first wins.
+                entries.setdefault(record.call, entry)
+                yield
+            start = end
+        return list(entries.values())
+
+    def _entry(self, line: bytes, number: int) -> tuple[Record, TokenEntry]:
+        try:
+            record = parse_record(line, sealed=self.sealed, identify=False)
+        except ValueError as exc:
+            raise CorruptStoreError(
+                f"{self.path}: line {number} changed since it was replayed: {exc}"
+            ) from None
+        try:
+            if record.kind == PACKED:
+                entry = unpack_entry(record.payload, record.tokens)
+            else:
+                entry = TokenEntry.from_json_bytes(record.payload)
+        except (ValueError, RecursionError) as exc:
+            raise CorruptStoreError(
+                f"{self.path}: line {number} holds an entry this reader refuses: {exc}"
+            ) from None
+        if entry.rollout_id != self.rollout_id:
+            raise CorruptStoreError(
+                f"{self.path}: line {number} holds an entry of rollout "
+                f"{entry.rollout_id!r} in the log of {self.rollout_id!r}"
+            )
+        if entry.model_call_id != record.call:
+            raise CorruptStoreError(
+                f"{self.path}: line {number} files the entry of call "
+                f"{entry.model_call_id!r} under call {record.call!r}"
+            )
+        return record, entry
+
+
+class OwedSync:
+    """The sync owed for records a log appended under its lock; run it once, on any thread."""
+
+    def __init__(self, fd: int, path: str, rollout_id: str, epoch: str) -> None:
+        self._fd = fd
+        self.path = path
+        self.rollout_id = rollout_id
+        self.epoch = epoch
+
+    def run(self) -> None:
+        """Make the appended records durable; raise :class:`StoreWriteError` if that fails.
+
+        On failure the records stay in the log (others may already have read them), their
+        durability unknown; the caller marks the rollout (``RolloutLogs.mark_unsynced``).
+        """
+        try:
+            _sync_appended(self._fd, self.path)
+        finally:
+            os.close(self._fd)
+
+
+def _sync_appended(fd: int, path: str) -> None:
+    try:
+        _sync_data(fd)
+    except OSError as exc:
+        raise StoreWriteError(
+            exc.errno, f"{path}: could not sync the records just appended: {exc}"
+        ) from exc
+
+
+def _could_be_header(data: bytes) -> bool:
+    return data.startswith(_HEADER_START) or _HEADER_START.startswith(data)
 
 
 def _read(fd: int, offset: int, size: int) -> bytes:

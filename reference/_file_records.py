@@ -1,16 +1,21 @@
 """The record format of a rollout log, and the state a log's records replay to.
 
-A log is UTF-8 JSON, one record per line, appended under an exclusive lock. In format 2 every
-line ends with ``,"crc":"XXXXXXXX"}`` and a newline, where ``XXXXXXXX`` is the CRC-32 (8 lower
-case hex digits) of the line's bytes before ``,"crc":``. A line whose checksum does not match is
-refused, so a flipped bit never turns one valid record into another. Format 1 lines are the
-same without the checksum; logs started in format 1 are still read and appended to in format 1.
-Without the checksum field, the lines are:
+A log is UTF-8 JSON, one record per line, appended under an exclusive lock. In formats 2 and 3
+every line ends with ``,"crc":"XXXXXXXX"}`` and a newline, where ``XXXXXXXX`` is the CRC-32 (8
+lower case hex digits) of the line's bytes before ``,"crc":``. A line whose checksum does not
+match is refused, so a flipped bit never turns one valid record into another. Format 1 lines are
+the same without the checksum. Format 3 adds the packed entry record; a log keeps the format it
+was started in (its first line says which), so format 1 and 2 logs are still read and appended
+to in their own format. Without the checksum field, the lines are:
 
-- ``{"epoch":E,"format":2,"kind":"open","rollout_id":R}``: always the first line; ``E`` names
+- ``{"epoch":E,"format":F,"kind":"open","rollout_id":R}``: always the first line; ``E`` names
   this incarnation of the rollout id, so a snapshot of a deleted and reused id never matches.
+- ``{"kind":"packed","call":C,"tokens":T,"entry":J}`` (format 3 only): ``T`` is the base64 of
+  the entry's token arrays packed little-endian (see ``_file_packed``) and ``J`` the canonical
+  JSON of its other fields. Its identity is ``T`` and ``J`` together.
 - ``{"kind":"entry","call":C,"entry":J}``: ``J`` is exactly ``TokenEntry.to_json_bytes()``,
-  embedded verbatim so the stored payload is the canonical bytes and nothing is re-serialized.
+  embedded verbatim so the stored payload is the canonical bytes and nothing is re-serialized;
+  in format 3 only for an entry that cannot be packed.
   ``C`` (ASCII-escaped) repeats its ``model_call_id`` so that replaying a line never parses
   the payload; ``RolloutLog.entries`` parses it once, at freeze.
 - ``{"call":C,"kind":"intent"}``: ``begin_call`` announced call ``C``.
@@ -42,6 +47,8 @@ __all__ = [
     "INTENT",
     "MARK",
     "OPEN",
+    "PACKED",
+    "PACKED_PREFIX",
     "TOMBSTONE",
     "Record",
     "RolloutState",
@@ -52,16 +59,20 @@ __all__ = [
     "intent_record",
     "mark_record",
     "open_record",
+    "packed_record",
     "parse_record",
     "seal",
     "tombstone_record",
 ]
 
-FORMAT: Final = 2
-"""The log format this module starts new logs in: every line carries its checksum."""
+FORMAT: Final = 3
+"""The log format this module starts new logs in: checksummed lines, packed token arrays."""
 
-FORMATS: Final = (1, 2)
+FORMATS: Final = (1, 2, 3)
 """The log formats this module reads and appends to."""
+
+SEALED_FORMATS: Final = (2, 3)
+"""The log formats whose lines carry a checksum."""
 
 OPEN: Final = "open"
 ENTRY: Final = "entry"
@@ -69,10 +80,14 @@ INTENT: Final = "intent"
 MARK: Final = "mark"
 FREEZE: Final = "freeze"
 TOMBSTONE: Final = "tombstone"
+PACKED: Final = "packed"
 
 ENTRY_PREFIX: Final = b'{"kind":"entry","call":'
 _ENTRY_FIELD: Final = ',"entry":'
 ENTRY_SUFFIX: Final = b"}\n"
+PACKED_PREFIX: Final = b'{"kind":"packed","call":'
+_TOKENS_FIELD: Final = ',"tokens":"'
+_PACKED_ENTRY_FIELD: Final = b'","entry":'
 
 _CRC_FIELD: Final = b',"crc":"'
 _CRC_END: Final = b'"}\n'
@@ -123,7 +138,8 @@ class Record:
     """One parsed (or about to be written) log line.
 
     ``line`` is the record in format 1, without a checksum; :meth:`encode` gives the bytes a log
-    of either format holds.
+    of any format holds. An entry's ``payload`` is its JSON (all of it, or for a packed entry
+    the fields besides ``tokens``); ``payload_digest`` is its identity.
     """
 
     kind: str
@@ -134,6 +150,8 @@ class Record:
     epoch: str = ""
     rollout_id: str = ""
     at: float = 0.0
+    format: int = 0
+    tokens: bytes = b""
 
     def encode(self, *, sealed: bool) -> bytes:
         """Return the bytes of this record in a log whose lines are ``sealed`` (format 2) or not."""
@@ -147,9 +165,9 @@ def _encode(fields: dict[str, Any]) -> bytes:
 
 
 def open_record(rollout_id: str, epoch: str) -> Record:
-    """Return the header that starts every log of ``rollout_id``."""
+    """Return the header that starts every new log of ``rollout_id`` (in :data:`FORMAT`)."""
     line = _encode({"epoch": epoch, "format": FORMAT, "kind": OPEN, "rollout_id": rollout_id})
-    return Record(OPEN, line, epoch=epoch, rollout_id=rollout_id)
+    return Record(OPEN, line, epoch=epoch, rollout_id=rollout_id, format=FORMAT)
 
 
 def entry_record(model_call_id: str, payload: bytes) -> Record:
@@ -162,6 +180,21 @@ def entry_record(model_call_id: str, payload: bytes) -> Record:
         payload=payload,
         payload_digest=digest(payload),
     )
+
+
+def packed_record(model_call_id: str, rest: bytes, tokens: bytes) -> Record:
+    """Return the record of a packed entry: ``rest`` its other fields, ``tokens`` its arrays."""
+    call = json.dumps(model_call_id, ensure_ascii=True).encode("ascii")
+    line = b"".join(
+        (PACKED_PREFIX, call, _TOKENS_FIELD.encode("ascii"), tokens, _PACKED_ENTRY_FIELD, rest)
+    )
+    return _packed(line + ENTRY_SUFFIX, model_call_id, rest, tokens)
+
+
+def _packed(line: bytes, call: str, rest: bytes, tokens: bytes, *, identify: bool = True) -> Record:
+    # Base64 never holds a NUL, so the identity cannot be split between the parts another way.
+    identity = digest(b"\0".join((tokens, rest))) if identify else b""
+    return Record(PACKED, line, call=call, payload=rest, payload_digest=identity, tokens=tokens)
 
 
 def intent_record(model_call_id: str) -> Record:
@@ -193,32 +226,57 @@ def _string(fields: dict[str, Any], name: str) -> str:
     return value
 
 
-def _parse_entry(line: bytes) -> Record:
-    # Only the call id is decoded; the payload is checked for shape and parsed at freeze.
+def _parse_call(line: bytes, prefix: bytes, field: str) -> tuple[str, int]:
+    """Return the call id after ``prefix`` and where ``field`` after it ends (ASCII lines only)."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"the line is not UTF-8: {exc}") from None
-    start = len(ENTRY_PREFIX)
+    start = len(prefix)
     if not text.startswith('"', start):
         raise ValueError("an entry record must name its call as a JSON string")
     try:
         call, end = scanstring(text, start + 1)
     except ValueError as exc:
         raise ValueError(f"the call id of the entry is not a JSON string: {exc}") from None
-    if not text.startswith(_ENTRY_FIELD, end) or not text[:end].isascii():
+    if not text.startswith(field, end) or not text[:end].isascii():
         raise ValueError("an entry record must hold an ASCII call id followed by its entry")
-    payload = line[end + len(_ENTRY_FIELD) : -len(ENTRY_SUFFIX)]
+    return call, end + len(field)
+
+
+def _entry_json(line: bytes, start: int) -> bytes:
+    payload = line[start : -len(ENTRY_SUFFIX)]
     if not payload.startswith(b"{") or not line.endswith(b"}" + ENTRY_SUFFIX):
         raise ValueError("the entry of an entry record must be a JSON object")
-    return Record(ENTRY, line, call=call, payload=payload, payload_digest=digest(payload))
+    return payload
 
 
-def parse_record(line: bytes, *, sealed: bool = True) -> Record:
+def _parse_entry(line: bytes, identify: bool) -> Record:
+    # Only the call id is decoded; the payload is checked for shape and parsed at freeze.
+    call, start = _parse_call(line, ENTRY_PREFIX, _ENTRY_FIELD)
+    payload = _entry_json(line, start)
+    identity = digest(payload) if identify else b""
+    return Record(ENTRY, line, call=call, payload=payload, payload_digest=identity)
+
+
+def _parse_packed(line: bytes, identify: bool) -> Record:
+    call, start = _parse_call(line, PACKED_PREFIX, _TOKENS_FIELD)
+    end = line.find(_PACKED_ENTRY_FIELD, start)
+    if end < 0:
+        raise ValueError('a packed record must hold its tokens followed by ","entry":')
+    # Whether the tokens are base64 is checked when they are decoded, at freeze.
+    tokens = line[start:end]
+    rest = _entry_json(line, end + len(_PACKED_ENTRY_FIELD))
+    return _packed(line, call, rest, tokens, identify=identify)
+
+
+def parse_record(line: bytes, *, sealed: bool = True, identify: bool = True) -> Record:
     """Parse one complete line (its ``\\n`` included); raise ``ValueError`` saying what is wrong.
 
-    ``sealed`` says whether the log's lines carry checksums (format 2) or not (format 1); a
-    sealed line's checksum is verified before anything else is read from it.
+    ``sealed`` says whether the log's lines carry checksums (formats 2 and 3) or not (format 1);
+    a sealed line's checksum is verified before anything else is read from it. Without
+    ``identify`` an entry's ``payload_digest`` is left empty, for a reader that needs only its
+    payload.
     """
     if not line.endswith(b"\n"):
         raise ValueError("the line does not end with a newline")
@@ -227,7 +285,9 @@ def parse_record(line: bytes, *, sealed: bool = True) -> Record:
     elif has_checksum(line):
         raise ValueError("the line carries a checksum, but the log's first line has none")
     if line.startswith(ENTRY_PREFIX):
-        return _parse_entry(line)
+        return _parse_entry(line, identify)
+    if line.startswith(PACKED_PREFIX):
+        return _parse_packed(line, identify)
     try:
         fields = json.loads(line)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -236,15 +296,21 @@ def parse_record(line: bytes, *, sealed: bool = True) -> Record:
         raise ValueError(f"a record must be a JSON object, got {type(fields).__name__}")
     kind = fields.get("kind")
     if kind == OPEN:
-        expected = FORMAT if sealed else 1
-        if fields.get("format") != expected:
+        expected = SEALED_FORMATS if sealed else (1,)
+        log_format = fields.get("format")
+        if type(log_format) is not int or log_format not in expected:
             raise ValueError(
-                f"log format {fields.get('format')!r} is not one this reader knows (it reads "
+                f"log format {log_format!r} is not one this reader knows (it reads "
                 f"formats {', '.join(map(str, FORMATS))}; a header "
-                f"{'with' if sealed else 'without'} a checksum must say format {expected})"
+                f"{'with' if sealed else 'without'} a checksum must say format "
+                f"{' or '.join(map(str, expected))})"
             )
         return Record(
-            OPEN, line, epoch=_string(fields, "epoch"), rollout_id=_string(fields, "rollout_id")
+            OPEN,
+            line,
+            epoch=_string(fields, "epoch"),
+            rollout_id=_string(fields, "rollout_id"),
+            format=log_format,
         )
     if kind in (INTENT, MARK):
         return Record(kind, line, call=_string(fields, "call"))
@@ -255,8 +321,8 @@ def parse_record(line: bytes, *, sealed: bool = True) -> Record:
         if not isinstance(at, int | float) or isinstance(at, bool):
             raise ValueError(f"field 'at' must be a number, got {type(at).__name__}")
         return Record(TOMBSTONE, line, rollout_id=_string(fields, "rollout_id"), at=float(at))
-    if kind == ENTRY:
-        raise ValueError(f"an entry record must start with {ENTRY_PREFIX.decode()}")
+    if kind in (ENTRY, PACKED):
+        raise ValueError(f"an {kind} record must start with its kind and call")
     raise ValueError(f"unknown record kind {kind!r}")
 
 
@@ -267,7 +333,8 @@ class RolloutState:
     ``version`` counts state changes (new entries, intents, marks); a freeze does not change
     it, so repeated freezes agree (FREEZE-2) and any mark after a freeze changes it (DROP-4).
     ``sealed`` says whether every line of the log carries a checksum; the log sets it from its
-    first line, the one line whose format is not known before it is read.
+    first line, the one line whose format is not known before it is read. ``format`` is what
+    the header says.
     """
 
     rollout_id: str
@@ -281,6 +348,7 @@ class RolloutState:
     version: int = 0
     lines: int = 0
     sealed: bool = True
+    format: int = FORMAT
 
     @property
     def opened(self) -> bool:
@@ -311,12 +379,15 @@ class RolloutState:
                 )
             if record.kind == OPEN:
                 self.epoch = record.epoch
+                self.format = record.format
             else:
                 self.retired = True
                 self.retired_at = record.at
         elif not self.epoch:
             raise ValueError(f"a {record.kind!r} record comes before the 'open' header")
-        elif record.kind == ENTRY:
+        elif record.kind in (ENTRY, PACKED):
+            if record.kind == PACKED and self.format < 3:
+                raise ValueError(f"a packed record in a format {self.format} log")
             known = self.digests.get(record.call)
             if known is None:
                 self.digests[record.call] = record.payload_digest

@@ -44,7 +44,7 @@ if __package__ in (None, ""):
 
 from reference import _file_log
 from reference._file_log import log_name
-from reference._file_records import ENTRY, parse_record
+from reference._file_records import ENTRY, PACKED, parse_record
 from reference.file_store import FileTokenStore
 from tokcap_spec.records import MAX_TOKEN_ID, TokenEntry
 
@@ -320,7 +320,7 @@ def _entry_lines(root: str, rollout_id: str) -> Counter[str]:
     """Count entry records per call id in the log, before any drop replaces it."""
     with open(os.path.join(root, log_name(rollout_id)), "rb") as handle:
         lines = handle.read().splitlines(keepends=True)
-    return Counter(r.call for r in map(parse_record, lines) if r.kind == ENTRY)
+    return Counter(r.call for r in map(parse_record, lines) if r.kind in (ENTRY, PACKED))
 
 
 def _plans(rng: random.Random, seed: int, generation: int, workers: int) -> list[WriterPlan]:

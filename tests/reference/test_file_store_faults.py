@@ -380,6 +380,93 @@ class TestEveryWriteFailureIsTyped:
             run(store.put(entry("new", "a")))
 
 
+def failing(code: int, calls: list[str], name: str) -> Callable[..., Any]:
+    """Return a stand-in for an ``os`` function that records its call and fails with ``code``."""
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        calls.append(name)
+        raise OSError(code, os.strerror(code))
+
+    return fail
+
+
+@pytest.mark.parametrize("code", ERRNOS)
+class TestEveryOtherDiskFailureIsTyped:
+    def test_a_frozen_rollout_that_cannot_be_read_raises_naming_the_file(
+        self, store: FileTokenStore, root: Path, monkeypatch: pytest.MonkeyPatch, code: int
+    ) -> None:
+        """Re-freezing a frozen rollout whose log cannot be read raises StoreWriteError."""
+        run(store.put(entry("r", "a")))
+        run(store.freeze("r"))
+        calls: list[str] = []
+        monkeypatch.setattr(FILE_LAYER_OS, "pread", failing(code, calls, "pread"))
+        for freeze in (lambda: run(store.freeze("r")), lambda: fresh_freeze(root, "r")):
+            with pytest.raises(
+                StoreWriteError, match=rf"{log_name('r')}: could not read"
+            ) as raised:
+                freeze()
+            assert raised.value.errno == code
+        assert calls
+
+    def test_a_log_that_cannot_be_locked_raises_naming_the_file(
+        self, store: FileTokenStore, monkeypatch: pytest.MonkeyPatch, code: int
+    ) -> None:
+        """A lock the kernel refuses (not merely busy) raises StoreWriteError naming the log."""
+        calls: list[str] = []
+        monkeypatch.setattr(vars(_file_log)["fcntl"], "flock", failing(code, calls, "flock"))
+        with pytest.raises(StoreWriteError, match=rf"{log_name('r')}: could not lock"):
+            run(store.put(entry("r", "a")))
+        assert calls
+
+    def test_a_log_that_cannot_be_statted_raises_naming_the_file(
+        self, store: FileTokenStore, monkeypatch: pytest.MonkeyPatch, code: int
+    ) -> None:
+        """A failing stat of the log's name raises StoreWriteError naming the log."""
+        run(store.put(entry("r", "a")))
+        calls: list[str] = []
+        monkeypatch.setattr(FILE_LAYER_OS, "stat", failing(code, calls, "stat"))
+        with pytest.raises(StoreWriteError, match=rf"{log_name('r')}: could not stat"):
+            run(store.freeze("r"))
+        assert calls
+
+    def test_a_directory_that_cannot_be_opened_raises_naming_it(
+        self, root: Path, monkeypatch: pytest.MonkeyPatch, code: int
+    ) -> None:
+        """A store whose directory cannot be opened raises StoreWriteError from every method."""
+        store = FileTokenStore(root)
+        real_open = os.open
+
+        def open_(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+            if flags & os.O_DIRECTORY:
+                raise OSError(code, os.strerror(code))
+            return real_open(path, flags, *args, **kwargs)
+
+        monkeypatch.setattr(FILE_LAYER_OS, "open", open_)
+        for call in (store.freeze("r"), store.sweep_tombstones(0), store.retire(["r"])):
+            with pytest.raises(StoreWriteError, match="could not open the store's directory"):
+                run(call)
+        run(store.close())
+
+    def test_a_directory_that_cannot_be_listed_raises_naming_it(
+        self, store: FileTokenStore, root: Path, monkeypatch: pytest.MonkeyPatch, code: int
+    ) -> None:
+        """A sweep that cannot list the directory raises StoreWriteError naming it."""
+        run(store.retire(["r"]))
+        calls: list[str] = []
+        monkeypatch.setattr(FILE_LAYER_OS, "listdir", failing(code, calls, "listdir"))
+        with pytest.raises(StoreWriteError, match=f"{root}: could not list"):
+            run(store.sweep_tombstones(0))
+        assert calls
+
+    def test_a_root_that_cannot_be_created_raises_naming_it(
+        self, tmp_path: Path, code: int, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Construction that cannot create the directory raises StoreWriteError naming it."""
+        monkeypatch.setattr(os, "makedirs", failing(code, [], "makedirs"))
+        with pytest.raises(StoreWriteError, match="could not create the store's directory"):
+            FileTokenStore(tmp_path / "new")
+
+
 def test_faults_reach_the_writer_thread(
     store: FileTokenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -92,8 +92,15 @@ def outcome(root: str | Path) -> TokenCaptureSnapshot | TokenCaptureError:
         return exc
 
 
-def write_log(root: str | Path) -> bytes:
-    """Put one entry per call (one line each) and return the log's bytes."""
+FORMAT_2_HEADER = seal(b'{"epoch":"e2","format":2,"kind":"open","rollout_id":"fuzzed"}\n')
+"""The first line of a log begun in format 2; the store appends to it in format 2."""
+
+
+def write_log(root: str | Path, log_format: int = 3) -> bytes:
+    """Put one entry per call (one line each) in a log of ``log_format``; return its bytes."""
+    if log_format == 2:
+        os.makedirs(root, exist_ok=True)
+        (Path(root) / log_name(ROLLOUT)).write_bytes(FORMAT_2_HEADER)
 
     async def fill() -> None:
         store = FileTokenStore(root)
@@ -105,9 +112,12 @@ def write_log(root: str | Path) -> bytes:
     return (Path(root) / log_name(ROLLOUT)).read_bytes()
 
 
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    return write_log(tmp_path_factory.mktemp("pristine"))
+@pytest.fixture(scope="module", params=[2, 3], ids=["format2", "format3"])
+def pristine(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> bytes:
+    """A log of four entries, in each format the store appends to with checksums."""
+    data = write_log(tmp_path_factory.mktemp("pristine"), request.param)
+    assert (b'"kind":"packed"' in data) == (request.param == 3)
+    return data
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +157,18 @@ class TestTruncated:
         assert not snapshot.incomplete
         assert snapshot.version == len(expected)
 
+    def test_a_packed_log_cut_at_every_offset_freezes_to_the_records_before_the_cut(
+        self, scratch: Callable[[bytes], str], tmp_path: Path
+    ) -> None:
+        """Every cut of a format 3 log freezes clean to exactly the entries before the cut."""
+        data = write_log(tmp_path, 3)
+        ends = line_ends(data)
+        for cut in range(len(data) + 1):
+            survivors = sum(end <= cut for end in ends)
+            expected = {call: ORIGINAL[call] for call in CALLS[: max(0, survivors - 1)]}
+            snapshot = fresh_freeze(scratch(data[:cut]))
+            assert (payloads(snapshot), snapshot.incomplete) == (expected, False), cut
+
 
 class TestBitFlips:
     @FUZZ
@@ -182,14 +204,30 @@ class TestBitFlips:
                 assert isinstance(result, CorruptStoreError), (offset, bit, result)
 
     def test_a_flipped_bit_inside_a_token_id_is_detected(
-        self, pristine: bytes, scratch: Callable[[bytes], str]
+        self, scratch: Callable[[bytes], str], tmp_path: Path
     ) -> None:
-        """A flipped bit that turns one token id into another raises CorruptStoreError."""
+        """A flipped bit that turns one JSON token id into another raises CorruptStoreError."""
+        pristine = write_log(tmp_path, 2)
         at = pristine.index(b"30000")
         damaged = bytearray(pristine)
         damaged[at] ^= 0b10  # '3' becomes '1': still a valid token id
         with pytest.raises(CorruptStoreError, match=r"line 2 .*checksum mismatch"):
             fresh_freeze(scratch(bytes(damaged)))
+
+    def test_every_bit_of_packed_tokens_flipped_alone_is_detected(
+        self, scratch: Callable[[bytes], str], tmp_path: Path
+    ) -> None:
+        """Each bit of a packed entry's tokens, flipped alone, fails the line's checksum."""
+        pristine = write_log(tmp_path, 3)
+        start = pristine.index(b'"tokens":"') + len(b'"tokens":"')
+        end = pristine.index(b'"', start)
+        for offset in range(start, end):
+            for bit in range(8):
+                damaged = bytearray(pristine)
+                damaged[offset] ^= 1 << bit
+                result = outcome(scratch(bytes(damaged)))
+                assert isinstance(result, CorruptStoreError), (offset, bit, result)
+                assert "line 2" in str(result), (offset, bit, result)
 
     def test_a_flipped_bit_in_an_entrys_rollout_id_is_refused(
         self, pristine: bytes, scratch: Callable[[bytes], str]
@@ -215,7 +253,9 @@ json_values = st.recursive(
     ),
     max_leaves=12,
 )
-kinds = st.sampled_from(["open", "entry", "intent", "mark", "freeze", "tombstone", "other"])
+kinds = st.sampled_from(
+    ["open", "entry", "packed", "intent", "mark", "freeze", "tombstone", "other"]
+)
 
 
 class TestForeignJson:
@@ -382,6 +422,10 @@ def plant_symlink_loop(path: Path, outside: Path) -> None:
     path.symlink_to(path)
 
 
+def plant_hard_link_to_file(path: Path, outside: Path) -> None:
+    os.link(outside / "precious", path)
+
+
 def plant_directory(path: Path, outside: Path) -> None:
     path.mkdir()
 
@@ -392,6 +436,7 @@ def plant_fifo(path: Path, outside: Path) -> None:
 
 PLANTS = [
     plant_symlink_to_file,
+    plant_hard_link_to_file,
     plant_dangling_symlink,
     plant_symlink_to_directory,
     plant_symlink_loop,
@@ -416,10 +461,13 @@ def test_something_planted_at_a_log_name_is_refused_and_left_alone(
     plant: Callable[[Path, Path], None],
     operation: Callable[[FileTokenStore], Awaitable[object]],
 ) -> None:
-    """Whatever is planted at a log's name raises CorruptStoreError; it and its target stay."""
+    """Whatever is planted at a log's name raises CorruptStoreError; it and its target stay.
+
+    The target's last line looks torn, so a store that cut torn tails first would shorten it.
+    """
     outside = tmp_path / "outside"
     outside.mkdir()
-    (outside / "precious").write_bytes(b"precious\n")
+    (outside / "precious").write_bytes(PRECIOUS)
     root = tmp_path / "store"
     root.mkdir()
     planted = root / log_name("r")
@@ -437,7 +485,10 @@ def test_something_planted_at_a_log_name_is_refused_and_left_alone(
     run(attempt())
     assert os.lstat(planted).st_mode == kind
     assert sorted(os.listdir(outside)) == ["precious"]
-    assert (outside / "precious").read_bytes() == b"precious\n"
+    assert (outside / "precious").read_bytes() == PRECIOUS
+
+
+PRECIOUS = b"precious first line\nprecious unfinished tail"
 
 
 def test_sweeping_never_follows_a_planted_symlink(tmp_path: Path) -> None:

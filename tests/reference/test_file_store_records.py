@@ -7,6 +7,7 @@ import zlib
 
 import pytest
 
+from reference._file_packed import check_entry
 from reference._file_records import (
     ENTRY,
     FORMAT,
@@ -14,6 +15,7 @@ from reference._file_records import (
     INTENT,
     MARK,
     OPEN,
+    PACKED,
     TOMBSTONE,
     Record,
     RolloutState,
@@ -24,6 +26,7 @@ from reference._file_records import (
     intent_record,
     mark_record,
     open_record,
+    packed_record,
     parse_record,
     seal,
     tombstone_record,
@@ -33,6 +36,10 @@ from tokcap_spec.records import TokenEntry
 PAYLOAD = TokenEntry(
     rollout_id="r", model_call_id="a\nb", generation_token_ids=[1], generation_log_probs=[-0.0]
 ).to_json_bytes()
+
+
+PACKED_ENTRY = check_entry(TokenEntry.from_json_bytes(PAYLOAD)).packed
+assert PACKED_ENTRY is not None
 
 
 def opened(rollout_id: str = "r") -> RolloutState:
@@ -46,12 +53,13 @@ EVERY_KIND = pytest.mark.parametrize(
     [
         open_record("r", "e1"),
         entry_record("a\nb", PAYLOAD),
+        packed_record("a\nb", *PACKED_ENTRY),
         intent_record("x\n\"y'"),
         mark_record("", "mark_incomplete"),
         freeze_record(),
         tombstone_record("r", "drop", 12.5),
     ],
-    ids=[OPEN, ENTRY, INTENT, MARK, FREEZE, TOMBSTONE],
+    ids=[OPEN, ENTRY, PACKED, INTENT, MARK, FREEZE, TOMBSTONE],
 )
 
 
@@ -63,7 +71,7 @@ class TestEncoding:
     ) -> None:
         """Each record encodes to one newline-terminated JSON object and parses to itself.
 
-        The one exception: a header is always written sealed, and says format 2, so without its
+        The one exception: a header is always written sealed, and says format 3, so without its
         checksum it is refused.
         """
         line = record.encode(sealed=sealed)
@@ -78,7 +86,7 @@ class TestEncoding:
 
     @EVERY_KIND
     def test_a_sealed_line_ends_with_the_crc_of_what_precedes_it(self, record: Record) -> None:
-        """Format 2 appends the CRC-32 of the line's bytes before the field, as 8 hex digits."""
+        """Formats 2 and 3 append the CRC-32 of the line's bytes before the field, as hex."""
         line = record.encode(sealed=True)
         body, field, rest = line.rpartition(b',"crc":"')
         assert field
@@ -86,9 +94,9 @@ class TestEncoding:
         assert json.loads(line)["crc"] == rest[:8].decode()
 
     def test_a_new_header_says_the_current_format(self) -> None:
-        """New logs start in format 2, the format whose lines carry checksums."""
-        assert FORMAT == 2
-        assert json.loads(open_record("r", "e").line)["format"] == 2
+        """New logs start in format 3: checksummed lines and packed token arrays."""
+        assert FORMAT == 3
+        assert json.loads(open_record("r", "e").line)["format"] == 3
 
     def test_an_entry_line_is_valid_json(self) -> None:
         """An entry line parses as JSON holding the call id and the entry itself."""
@@ -123,22 +131,30 @@ class TestFirstLine:
     @pytest.mark.parametrize(
         ("line", "reason"),
         [
-            (open_record("r", "e").line, "log format 2 .*without a checksum must say format 1"),
+            (open_record("r", "e").line, "log format 3 .*without a checksum must say format 1"),
+            (
+                b'{"epoch":"e","format":2,"kind":"open","rollout_id":"r"}\n',
+                "log format 2 .*without a checksum must say format 1",
+            ),
             (
                 seal(b'{"epoch":"e","format":1,"kind":"open","rollout_id":"r"}\n'),
-                "log format 1 .*with a checksum must say format 2",
+                "log format 1 .*with a checksum must say format 2 or 3",
             ),
             (
-                seal(b'{"epoch":"e","format":3,"kind":"open","rollout_id":"r"}\n'),
-                "log format 3 is not one this reader knows .*formats 1, 2",
+                seal(b'{"epoch":"e","format":4,"kind":"open","rollout_id":"r"}\n'),
+                "log format 4 is not one this reader knows .*formats 1, 2, 3",
+            ),
+            (
+                seal(b'{"epoch":"e","format":true,"kind":"open","rollout_id":"r"}\n'),
+                "log format True is not one",
             ),
         ],
-        ids=["format-2-unsealed", "format-1-sealed", "format-3"],
+        ids=["format-3-unsealed", "format-2-unsealed", "format-1-sealed", "format-4", "bool"],
     )
     def test_a_header_whose_format_and_checksum_disagree_is_refused(
         self, line: bytes, reason: str
     ) -> None:
-        """A format 2 header without its checksum, or a format 1 one with one, is refused."""
+        """A format 2 or 3 header without its checksum, or a format 1 one with one, is refused."""
         with pytest.raises(ValueError, match=reason):
             parse_record(line, sealed=has_checksum(line))
 
@@ -151,7 +167,7 @@ class TestParsing:
             (b"not json\n", "not JSON"),
             (b"[1]\n", "JSON object"),
             (b'{"kind":"teleport"}\n', "unknown record kind 'teleport'"),
-            (b'{"epoch":"e","format":3,"kind":"open","rollout_id":"r"}\n', "log format 3"),
+            (b'{"epoch":"e","format":4,"kind":"open","rollout_id":"r"}\n', "log format 4"),
             (b'{"call":1,"kind":"mark","reason":""}\n', "'call' must be a string, got int"),
             (b'{"kind":"entry","entry":{"x":1}}\n', "must start with"),
             (b'{"kind":"entry","call":1,"entry":{}}\n', "call as a JSON string"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from reference import _file_log, _file_rollouts
-from reference._file_log import log_name
+from reference._file_log import log_name, temporary_name
 from reference._file_records import entry_record
 from reference._file_rollouts import RolloutLogs
 from tokcap_spec.errors import (
@@ -200,11 +201,65 @@ class TestSweepTombstones:
         self, logs: RolloutLogs, tmp_path: Path, clock: Clock
     ) -> None:
         """A temporary file left by an interrupted drop is removed once old enough."""
-        leftover = tmp_path / f".{log_name('r')}.1.abc.tmp"
+        leftover = tmp_path / temporary_name("r")
         leftover.write_text("x")
         os.utime(leftover, (clock.now - 100, clock.now - 100))
         assert logs.sweep_tombstones(10) == 0
         assert not leftover.exists()
+
+    @pytest.mark.parametrize(
+        "name",
+        [
+            ".notes.tmp",
+            ".cache.1.abc.tmp",
+            f".{log_name('r')}.tmp",
+            ".x.abcdef.log.7.0123456789ab.tmp",
+        ],
+    )
+    def test_temporary_names_the_store_never_makes_are_left_alone(
+        self, logs: RolloutLogs, tmp_path: Path, clock: Clock, name: str
+    ) -> None:
+        """An old dot file ending in .tmp that the store would not have named stays."""
+        foreign = tmp_path / name
+        foreign.write_text("keep")
+        os.utime(foreign, (clock.now - 100, clock.now - 100))
+        logs.sweep_tombstones(10)
+        assert foreign.read_text() == "keep"
+
+    def test_a_bad_file_is_reported_and_the_sweep_goes_on(
+        self, logs: RolloutLogs, tmp_path: Path, clock: Clock, reported: pytest.LogCaptureFixture
+    ) -> None:
+        """A damaged tombstone is named in a warning; the tombstones after it are still swept."""
+        for rollout_id in ("a", "b", "c"):
+            logs.retire(rollout_id)
+        logs.close()
+        (tmp_path / log_name("b")).write_bytes(b"not a record\n")
+        clock.now += 10
+        assert logs.sweep_tombstones(0) == 2
+        assert log_name("b") in reported.text
+        assert sorted(os.listdir(tmp_path)) == [log_name("b")]
+
+    def test_a_hard_linked_tombstone_is_reported_and_its_other_name_kept(
+        self, logs: RolloutLogs, tmp_path: Path, clock: Clock, reported: pytest.LogCaptureFixture
+    ) -> None:
+        """A tombstone with a second link is not trusted: reported, left, and the sweep goes on."""
+        logs.retire("linked")
+        logs.retire("plain")
+        logs.close()
+        outside = tmp_path.parent / f"{tmp_path.name}-outside"
+        os.link(tmp_path / log_name("linked"), outside)
+        before = outside.read_bytes()
+        clock.now += 10
+        assert logs.sweep_tombstones(0) == 1
+        assert "2 links" in reported.text
+        assert outside.read_bytes() == before
+
+
+@pytest.fixture
+def reported(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """The warnings the store reports, captured."""
+    caplog.set_level(logging.WARNING, logger="reference.file_store")
+    return caplog
 
 
 class TestForeignRecords:

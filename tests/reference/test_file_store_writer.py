@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from reference import _file_log
+from reference._file_log import RolloutLockBusy, RolloutLockTimeoutError
 from reference._file_rollouts import RolloutLogs
 from reference._file_writer import WriterThread
 from tokcap_spec.errors import RolloutFrozenError
@@ -43,6 +45,35 @@ class TestRun:
 
         asyncio.run(scenario())
         assert seen == [(i, name) for i in range(20)]
+
+    def test_a_job_without_a_key_sees_all_work_submitted_before_it(
+        self, tmp_path: Path, name: str
+    ) -> None:
+        """Keyed puts queued between two unkeyed jobs run after the first and before the second."""
+        writer = WriterThread(str(tmp_path), name)
+        gate = threading.Event()
+        holding = threading.Event()
+
+        def hold(logs: RolloutLogs) -> None:
+            holding.set()
+            gate.wait(30)
+
+        async def scenario() -> int:
+            held = asyncio.ensure_future(writer.run(hold))
+            assert await asyncio.to_thread(holding.wait, 30)
+            queued = [
+                asyncio.ensure_future(writer.run(lambda logs: None)),
+                asyncio.ensure_future(writer.put("r", "c", payload("c"))),
+                asyncio.ensure_future(writer.run(lambda logs: len(logs.freeze("r").entries))),
+            ]
+            await asyncio.sleep(0)
+            gate.set()
+            await held
+            *_, seen = await asyncio.gather(*queued)
+            await writer.close()
+            return int(seen)
+
+        assert asyncio.run(scenario()) == 1
 
     def test_a_job_error_reaches_its_caller_only(self, tmp_path: Path, name: str) -> None:
         """A job that raises fails its own caller and leaves the thread serving others."""
@@ -175,3 +206,103 @@ class TestClose:
         gc.collect()
         thread.join(timeout=10)
         assert not thread.is_alive()
+
+
+class TestBusyLocks:
+    def test_work_whose_lock_is_busy_runs_later_while_other_keys_are_served(
+        self, tmp_path: Path, name: str
+    ) -> None:
+        """A job that finds its lock busy is tried again later; jobs of other keys go first."""
+        writer = WriterThread(str(tmp_path), name, shards=1)
+        order: list[str] = []
+        tries = 0
+
+        def busy_twice(logs: RolloutLogs) -> str:
+            nonlocal tries
+            tries += 1
+            if tries <= 2:
+                raise RolloutLockBusy("a", "a.log")
+            order.append("a")
+            return "a done"
+
+        def other(logs: RolloutLogs) -> str:
+            order.append("b")
+            return "b done"
+
+        async def scenario() -> list[str]:
+            results = await asyncio.gather(writer.run(busy_twice, "a"), writer.run(other, "b"))
+            await writer.close()
+            return list(results)
+
+        assert asyncio.run(scenario()) == ["a done", "b done"]
+        assert order == ["b", "a"]
+        assert tries == 3
+
+    def test_work_whose_lock_stays_busy_times_out_typed(self, tmp_path: Path, name: str) -> None:
+        """Work that finds its lock busy past the timeout fails with RolloutLockTimeoutError."""
+        writer = WriterThread(str(tmp_path), name, lock_timeout=0.01)
+
+        def always_busy(logs: RolloutLogs) -> None:
+            raise RolloutLockBusy("a", "/store/a.log")
+
+        async def scenario() -> None:
+            try:
+                await writer.run(always_busy, "a")
+            finally:
+                await writer.close()
+
+        with pytest.raises(RolloutLockTimeoutError, match=r"rollout 'a'.*/store/a\.log"):
+            asyncio.run(scenario())
+
+    def test_different_keys_run_on_different_threads(self, tmp_path: Path, name: str) -> None:
+        """Work of different rollouts spreads over the shards; one key always uses one thread."""
+        writer = WriterThread(str(tmp_path), name, shards=4)
+        seen: dict[str, set[str]] = {}
+
+        def job(key: str) -> object:
+            return lambda logs: seen.setdefault(key, set()).add(threading.current_thread().name)
+
+        async def scenario() -> None:
+            for _ in range(3):
+                await asyncio.gather(*(writer.run(job(f"r{i}"), f"r{i}") for i in range(16)))
+            await writer.close()
+
+        asyncio.run(scenario())
+        assert all(len(threads) == 1 for threads in seen.values())
+        assert len(set().union(*seen.values())) > 1
+
+
+class TestSyncs:
+    def test_a_slow_sync_of_one_rollout_never_holds_up_another(
+        self, tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """While one rollout's sync is stuck, another rollout's put is written, synced and acked."""
+        real = _file_log._sync_data
+        stuck = threading.Event()
+        release = threading.Event()
+
+        def sync(fd: int) -> None:
+            if not stuck.is_set():
+                stuck.set()
+                release.wait(30)
+            real(fd)
+
+        writer = WriterThread(str(tmp_path), name, shards=1)
+
+        async def scenario() -> bool:
+            await writer.put("a", "first", payload("first"))
+            await writer.put("b", "first", payload("first"))
+            monkeypatch.setattr(_file_log, "_sync_data", sync)
+            slow = asyncio.ensure_future(writer.put("a", "c", payload("c")))
+            assert await asyncio.to_thread(stuck.wait, 30)
+            await asyncio.wait_for(writer.put("b", "c", payload("c")), 30)
+            overtaken = not slow.done()
+            release.set()
+            await asyncio.wait_for(slow, 30)
+            await writer.close()
+            return overtaken
+
+        try:
+            assert asyncio.run(scenario())
+        finally:
+            release.set()

@@ -1,0 +1,237 @@
+"""Log format 3: token arrays packed as binary, bit-exact, with format 2 logs kept as they are."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import struct
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reference._file_log import log_name
+from reference._file_packed import check_entry, unpack_entry
+from reference._file_records import packed_record, seal
+from reference.file_store import FileTokenStore
+from tokcap_spec.errors import ConflictingEntryError, CorruptStoreError
+from tokcap_spec.records import MAX_TOKEN_ID, TokenEntry
+
+T = TypeVar("T")
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coroutine)
+
+
+def entry(call: str = "c", **fields: Any) -> TokenEntry:
+    values: dict[str, Any] = {
+        "rollout_id": "r",
+        "model_call_id": call,
+        "model": "m",
+        "prompt_token_ids": [0, 7, MAX_TOKEN_ID],
+        "generation_token_ids": [1, 2, 3, 4],
+        "generation_log_probs": [float("-inf"), -0.0, -5e-324, -1.7976931348623157e308],
+        "created_at": 2.5,
+        **fields,
+    }
+    return TokenEntry(**values)
+
+
+ODD_IDS = st.one_of(
+    st.integers(-3, 3),
+    st.sampled_from([MAX_TOKEN_ID, MAX_TOKEN_ID + 1, -(2**31), 2**40, True, 1.0, "1", None]),
+)
+ODD_PROBS = st.one_of(
+    st.floats(width=64),
+    st.sampled_from([1, 0, True, "x", None, float("nan"), -0.0]),
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[FileTokenStore]:
+    opened = FileTokenStore(tmp_path)
+    yield opened
+    run(opened.close())
+
+
+def log_of(store: FileTokenStore) -> bytes:
+    return (Path(store.root) / log_name("r")).read_bytes()
+
+
+def freeze_payloads(store: FileTokenStore) -> list[bytes]:
+    return [e.to_json_bytes() for e in run(FileTokenStore(store.root).freeze("r")).entries]
+
+
+class TestPacking:
+    def test_an_entry_comes_back_with_every_bit_of_every_value(self) -> None:
+        """Unpacking a packed entry gives an equal entry with the same canonical bytes."""
+        original = entry(output_items=[{"a": "ü"}], token_item_index=0, extra_field=[1.5])
+        packed = check_entry(original).packed
+        assert packed is not None
+        back = unpack_entry(*packed)
+        assert back == original
+        assert back.to_json_bytes() == original.to_json_bytes()
+
+    @settings(max_examples=50, deadline=None, derandomize=True)
+    @given(
+        ids=st.lists(st.integers(0, MAX_TOKEN_ID), max_size=20),
+        probs=st.lists(st.floats(allow_nan=False, width=64), max_size=20),
+    )
+    def test_any_valid_arrays_round_trip_exactly(self, ids: list[int], probs: list[float]) -> None:
+        """Whatever arrays the record rules allow read back to the same canonical bytes."""
+        original = entry(
+            prompt_token_ids=ids,
+            generation_token_ids=ids[: len(probs)] + [0] * (len(probs) - len(ids)),
+            generation_log_probs=probs,
+        )
+        packed = check_entry(original).packed
+        assert packed is not None
+        assert unpack_entry(*packed).to_json_bytes() == original.to_json_bytes()
+
+    @settings(max_examples=200, deadline=None, derandomize=True)
+    @given(
+        prompt=st.lists(ODD_IDS, max_size=4),
+        generated=st.lists(ODD_IDS, max_size=4),
+        probs=st.lists(ODD_PROBS, max_size=4),
+    )
+    def test_accepts_exactly_what_checked_json_bytes_accepts(
+        self, prompt: list[Any], generated: list[Any], probs: list[Any]
+    ) -> None:
+        """An unvalidated entry is refused exactly when checked_json_bytes refuses it; an
+        accepted one reads back as its canonical JSON reads back."""
+        odd = entry().model_copy(
+            update={
+                "prompt_token_ids": prompt,
+                "generation_token_ids": generated,
+                "generation_log_probs": probs,
+            }
+        )
+        try:
+            expected = TokenEntry.from_json_bytes(odd.checked_json_bytes()).to_json_bytes()
+        except (ValueError, TypeError) as exc:
+            with pytest.raises(type(exc)):
+                check_entry(odd)
+            return
+        checked = check_entry(odd)
+        back = unpack_entry(*checked.packed) if checked.packed else None
+        got = back.to_json_bytes() if back else checked.json_bytes()
+        assert TokenEntry.from_json_bytes(got).to_json_bytes() == expected
+
+    def test_integer_log_probs_keep_their_json_form(self) -> None:
+        """Log probs that are not all floats are not packed, since 1 would read back as 1.0."""
+        odd = entry().model_copy(update={"generation_log_probs": [1, -0.5, -1.0, -2.0]})
+        checked = check_entry(odd)
+        assert checked.packed is None
+        assert checked.json_bytes() == odd.to_json_bytes()
+
+    @pytest.mark.parametrize(
+        ("damage", "message"),
+        [
+            (lambda raw: raw[:-1], "bytes"),
+            (lambda raw: struct.pack("<III", 3, 4, 3) + raw[12:-8], "equal length"),
+            (lambda raw: raw[:12] + struct.pack("<i", -1) + raw[16:], "outside"),
+            (lambda raw: raw[:-8] + struct.pack("<d", float("nan")), "NaN"),
+        ],
+        ids=["short", "lengths", "negative-id", "nan"],
+    )
+    def test_packed_tokens_that_break_the_record_rules_are_refused(
+        self, damage: Any, message: str
+    ) -> None:
+        """Packed arrays the record rules forbid raise ValueError instead of an entry."""
+        packed = check_entry(entry()).packed
+        assert packed is not None
+        rest, tokens = packed
+        damaged = base64.b64encode(damage(base64.b64decode(tokens)))
+        with pytest.raises(ValueError, match=message):
+            unpack_entry(rest, damaged)
+
+    def test_fields_that_repeat_an_array_are_refused(self) -> None:
+        """The JSON part of a packed entry may not carry an array of its own."""
+        packed = check_entry(entry()).packed
+        assert packed is not None
+        rest = packed[0].replace(b'{"created_at"', b'{"prompt_token_ids":[],"created_at"')
+        with pytest.raises(ValueError, match="without its arrays"):
+            unpack_entry(rest, packed[1])
+
+
+class TestStoreInFormat3:
+    def test_a_new_log_packs_its_entries(self, store: FileTokenStore) -> None:
+        """A new log says format 3 and keeps an entry's arrays as packed tokens."""
+        run(store.put(entry()))
+        data = log_of(store)
+        assert b'"format":3' in data.splitlines()[0]
+        assert b'"kind":"packed"' in data
+        assert b"-Infinity" not in data
+        assert freeze_payloads(store) == [entry().to_json_bytes()]
+
+    def test_an_identical_reput_is_a_no_op(self, store: FileTokenStore) -> None:
+        """Re-putting equal values, even as float subclass instances, changes nothing."""
+
+        class Precise(float):
+            pass
+
+        run(store.put(entry()))
+        before = log_of(store)
+        probs = [Precise(p) for p in entry().generation_log_probs]
+        run(store.put(entry().model_copy(update={"generation_log_probs": probs})))
+        run(store.put(entry()))
+        assert log_of(store) == before
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"generation_log_probs": [float("-inf"), 0.0, -5e-324, -1.7976931348623157e308]},
+            {"prompt_token_ids": [0, 7, MAX_TOKEN_ID - 1]},
+            {"generation_log_probs": [1, -0.0, -5e-324, -1.7976931348623157e308]},
+            {"model": "n"},
+        ],
+        ids=["negative-zero-becomes-zero", "token-id", "int-log-prob", "metadata"],
+    )
+    def test_a_reput_differing_in_one_bit_conflicts(
+        self, store: FileTokenStore, change: dict[str, Any]
+    ) -> None:
+        """A re-put whose canonical bytes differ anywhere raises and marks the rollout."""
+        run(store.put(entry()))
+        with pytest.raises(ConflictingEntryError):
+            run(store.put(entry().model_copy(update=change)))
+        assert run(store.freeze("r")).incomplete
+
+    def test_an_entry_with_integer_log_probs_round_trips_in_json(
+        self, store: FileTokenStore
+    ) -> None:
+        """An entry that cannot be packed is kept as JSON and reads back as JSON would give it."""
+        odd = entry().model_copy(update={"generation_log_probs": [1, -0.5, -1.0, -2.0]})
+        run(store.put(odd))
+        run(store.put(odd))
+        assert b'"kind":"entry"' in log_of(store)
+        as_json_reads_it = TokenEntry.from_json_bytes(odd.to_json_bytes())
+        assert freeze_payloads(store) == [as_json_reads_it.to_json_bytes()]
+
+
+FORMAT_2_HEADER = seal(b'{"epoch":"two","format":2,"kind":"open","rollout_id":"r"}\n')
+
+
+class TestOlderFormats:
+    def test_a_format_2_log_is_appended_to_in_format_2(self, store: FileTokenStore) -> None:
+        """A log begun in format 2 gets JSON entry lines and freezes as before."""
+        (Path(store.root) / log_name("r")).write_bytes(FORMAT_2_HEADER)
+        run(store.put(entry("a")))
+        run(store.put(entry("a")))
+        run(store.put(entry("b")))
+        data = log_of(store)
+        assert b'"kind":"packed"' not in data
+        assert data.count(b'"kind":"entry"') == 2
+        assert freeze_payloads(store) == [entry("a").to_json_bytes(), entry("b").to_json_bytes()]
+
+    def test_a_packed_line_in_a_format_2_log_is_refused(self, store: FileTokenStore) -> None:
+        """Lines of one log share its format; a packed entry in a format 2 log is not a record."""
+        packed = check_entry(entry()).packed
+        assert packed is not None
+        line = packed_record("c", *packed).encode(sealed=True)
+        (Path(store.root) / log_name("r")).write_bytes(FORMAT_2_HEADER + line)
+        with pytest.raises(CorruptStoreError, match=r"line 2 .*packed record in a format 2 log"):
+            run(store.freeze("r"))
