@@ -79,6 +79,11 @@ CORRECT = (
         kwargs=None,
     ),
     Target("FileTokenStore", "reference.file_store:FileTokenStore", ("--tokcap-fence=strict",)),
+    Target(
+        "FileTokenStoreForeignEntries",
+        "reference.file_store:FileTokenStore",
+        ("--tokcap-fence=strict", "--tokcap-entry-class=independent:Record"),
+    ),
     Target("SqliteStore", "independent:SqliteStore", ("--tokcap-fence=strict",)),
     Target(
         "OwnRecordsOnlyStore",
