@@ -29,6 +29,7 @@ from conformance.checks._steps import (
     raises,
     sent,
     state,
+    unreadable,
 )
 from conformance.context import Endpoint, Kit, build_endpoint, unexpected_error
 from conformance.entries import ODD_CALL_IDS
@@ -77,13 +78,7 @@ def _broken(kit: Kit, basic: Callable[[Kit], None]) -> ClauseViolation | None:
     except ClauseViolation as violation:
         return violation
     except Unreadable as problem:
-        return ClauseViolation(
-            problem.clause,
-            expected="a snapshot readable through the contract's five attributes",
-            observed=kit.redact(str(problem)),
-            hint="return a snapshot exposing rollout_id, entries, incomplete, snapshot_id and "
-            "version",
-        )
+        return unreadable(problem, kit)
     except EndpointError as exc:
         return unexpected_error("BUILD-1", "building the target", exc, kit)
     except Exception as exc:

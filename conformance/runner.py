@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 from conformance.basics import first_broken
+from conformance.checks._steps import unreadable
 from conformance.context import Kit, unexpected_error
 from conformance.reading import Unreadable
 from conformance.registry import Check
@@ -62,7 +63,7 @@ def run_check(settings: KitSettings, check: Check) -> dict[str, str]:
     except ClauseViolation as exc:
         violation = exc
     except Unreadable as problem:
-        violation = _unreadable(problem, kit)
+        violation = unreadable(problem, kit)
     except Exception as exc:
         violation = unexpected_error(check.clause, f"check {check.id}", exc, kit)
     finally:
@@ -82,13 +83,3 @@ def _judged(settings: KitSettings, check: Check, violation: ClauseViolation) -> 
     if violation.clause != check.clause and violation.clause not in check.covers:
         return CheckBlocked(check.clause, violation)
     return violation
-
-
-def _unreadable(problem: Unreadable, kit: Kit) -> ClauseViolation:
-    return ClauseViolation(
-        problem.clause,
-        expected="a snapshot and entries readable through the contract's names",
-        observed=kit.redact(str(problem)),
-        hint="return a snapshot exposing rollout_id, entries, incomplete, snapshot_id and "
-        "version, with entries that carry the record's fields",
-    )

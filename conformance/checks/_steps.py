@@ -25,6 +25,8 @@ __all__ = [
     "call_of",
     "describe",
     "drop",
+    "expect_bool",
+    "expect_drop_shape",
     "expect_equal_snapshots",
     "freeze",
     "mark",
@@ -35,6 +37,7 @@ __all__ = [
     "run_property",
     "sent",
     "state",
+    "unreadable",
 ]
 
 
@@ -117,14 +120,31 @@ def drop(
         snapshot_id=snapshot_id,
         version=version,
     )
-    if not isinstance(result, bool):
+    expect_bool(result)
+    return bool(result)
+
+
+def expect_bool(answer: object) -> None:
+    """Fail SHAPE-2 unless a drop answered a bool."""
+    __tracebackhide__ = True
+    if not isinstance(answer, bool):
         fail(
             "SHAPE-2",
             expected="drop() to return a bool",
-            observed=f"{type(result).__name__} {result!r}"[:200],
+            observed=f"{type(answer).__name__} {answer!r}"[:200],
             hint="return True only when the exact snapshot was retired, else False",
         )
-    return result
+
+
+def unreadable(problem: Unreadable, kit: Kit) -> ClauseViolation:
+    """The violation a snapshot or entry the contract's names cannot read is."""
+    return ClauseViolation(
+        problem.clause,
+        expected="a snapshot and entries readable through the contract's names",
+        observed=kit.redact(str(problem)),
+        hint="return a snapshot exposing rollout_id, entries, incomplete, snapshot_id and "
+        "version, with entries that carry the record's fields",
+    )
 
 
 def expect_drop_shape(source: Endpoint) -> None:

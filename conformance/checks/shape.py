@@ -8,6 +8,7 @@ from typing import Any
 from conformance.basics import construct
 from conformance.checks._steps import (
     describe,
+    expect_bool,
     expect_drop_shape,
     freeze,
     mark,
@@ -90,13 +91,7 @@ def drop_keywords(kit: Kit) -> None:
         )
     except Exception:
         return  # Refusing an unknown rollout by raising is DROP-2's to judge.
-    if not isinstance(answer, bool):
-        fail(
-            "SHAPE-2",
-            expected="drop() to return a bool",
-            observed=f"{type(answer).__name__} {answer!r}"[:200],
-            hint="return True only when the exact snapshot was retired, else False",
-        )
+    expect_bool(answer)
 
 
 @check("SHAPE-3", "caller-mutation")
