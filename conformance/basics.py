@@ -285,6 +285,21 @@ def _retire(kit: Kit) -> None:
         "it was acked",
         "keep a tombstone for dropped rollouts",
     )
+    try:
+        gone = read_snapshot(kit.run(kit.source().raw.freeze(exact)))
+    except Exception:
+        gone = None  # A retired rollout may refuse to freeze.
+    if gone is not None:
+        remains = bool(gone.entries)
+        _expect(
+            "DROP-5",
+            remains == kit.claims("no-delete"),
+            "the records to still freeze after drop (no-delete declared)"
+            if kit.claims("no-delete")
+            else "the records to be gone after drop",
+            describe(gone),
+            "delete on drop, or declare --tokcap-capability=no-delete",
+        )
     kept = freeze(kit, "FREEZE-1", source, other)
     for snapshot_id, version in ((kept.snapshot_id, kept.version + 1), ("other", kept.version)):
         _expect(
@@ -305,6 +320,13 @@ def _retire(kit: Kit) -> None:
     put(kit, "PUT-1", sink, kit.entries.entry(late))
     before = freeze(kit, "FREEZE-1", source, late)
     if raises(kit.sink().put, kit.entries.entry(late)) is None:
+        _expect(
+            "FENCE-1",
+            kit.fence != "strict",
+            "a put of a new call after freeze to raise (--tokcap-fence=strict)",
+            "it was acked",
+            "refuse writes to a frozen rollout",
+        )
         after = freeze(kit, "FENCE-1", kit.source(), late)
         _expect(
             "FENCE-1",
@@ -348,6 +370,13 @@ def _masking(kit: Kit) -> None:
         "a mark after freeze to show under a new version",
         f"before: {describe(clean)}; after: {describe(after)}",
         "a mark is a state change: bump the version",
+    )
+    _expect(
+        "DROP-4",
+        not drop(kit, "DROP-4", source, fresh, clean.snapshot_id, clean.version),
+        "drop of the snapshot taken before the mark to return False",
+        "True",
+        "drop must compare the current version, not the one frozen",
     )
     mark(kit, "MASK-2", sink, rollout, "again")
     for _ in range(2):
