@@ -371,9 +371,13 @@ def _masking(kit: Kit) -> None:
         f"before: {describe(clean)}; after: {describe(after)}",
         "a mark is a state change: bump the version",
     )
+    stale = kit.rollout_id("mask-stale")
+    put(kit, "PUT-1", sink, kit.entries.entry(stale))
+    old = freeze(kit, "FREEZE-1", source, stale)
+    mark(kit, "DROP-4", kit.sink(), stale, "after-freeze")
     _expect(
         "DROP-4",
-        not drop(kit, "DROP-4", source, fresh, clean.snapshot_id, clean.version),
+        not drop(kit, "DROP-4", source, stale, old.snapshot_id, old.version),
         "drop of the snapshot taken before the mark to return False",
         "True",
         "drop must compare the current version, not the one frozen",
