@@ -107,10 +107,12 @@ class VerdictHooks:
             )
         failed = verdicts.failed
         summary = verdicts.summary()
+        # The line reads as it always did; the blocked count joins it only when there is one.
+        blocked = f", {summary['blocked']} blocked" if summary["blocked"] else ""
         write(
             f"clauses: {summary['passed']} passed, {summary['failed']} failed, "
-            f"{summary['skipped']} skipped, {summary['not-claimed']} not claimed, "
-            f"{summary['blocked']} blocked" + (f" (failed: {', '.join(failed)})" if failed else "")
+            f"{summary['skipped']} skipped, {summary['not-claimed']} not claimed{blocked}"
+            + (f" (failed: {', '.join(failed)})" if failed else "")
         )
         run = verdicts.run
         write(f"run: {run.status}{' (' + run.reason + ')' if run.reason else ''}")

@@ -121,6 +121,12 @@ class TestFailuresInFull:
         assert report["clauses"]["SHAPE-3"]["outcome"] == "failed"
         assert report["summary"]["blocked"] >= 1
         assert "| PUT-1 | blocked |" in (pytester.path / "r.md").read_text()
-        result.stdout.fnmatch_lines(["family * passed * failed * blocked *", "PUT * 0 * 0 * 6 *"])
+        result.stdout.fnmatch_lines(
+            [
+                "family * passed * failed * blocked *",
+                "PUT * 0 * 0 * 6 *",
+                "clauses: 0 passed, 1 failed, 0 skipped, 0 not claimed, * blocked (failed: *",
+            ]
+        )
         junit = (pytester.path / "junit.xml").read_text()
         assert re.search(r'<skipped [^>]*message="blocked by SHAPE-3: ', junit)
