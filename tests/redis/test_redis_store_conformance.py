@@ -32,7 +32,5 @@ def test_the_kit_passes_every_clause(pytester: pytest.Pytester, redis_url: str) 
     assert result.ret == 0, result.stdout.str()[-3000:]
     assert set(outcomes) <= {"passed", "warnings"}, outcomes
     assert outcomes["passed"] > 0
-    result.stdout.fnmatch_lines(
-        ["clauses: * passed, 0 failed, 0 skipped, 0 not claimed, 0 blocked*"]
-    )
+    result.stdout.fnmatch_lines(["clauses: * passed, 0 failed, 0 skipped, 0 not claimed"])
     result.stdout.fnmatch_lines(["observed fence: strict"])
