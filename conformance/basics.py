@@ -36,7 +36,7 @@ from conformance.entries import ODD_CALL_IDS
 from conformance.reading import SnapshotView, Unreadable, entry_view, read_snapshot
 from conformance.settings import KitSettings
 from conformance.violation import ClauseViolation, fail
-from conformance.workers import Operation, WorkerPlan, run_workers
+from conformance.workers import Operation, WorkerPlan, constructor, run_workers
 from tokcap_spec.errors import EndpointError
 from tokcap_spec.protocols import TokenSink, TokenSource, protocol_problems
 
@@ -86,13 +86,17 @@ def _broken(kit: Kit, basic: Callable[[Kit], None]) -> ClauseViolation | None:
     return None
 
 
-def construct(target: str, kwargs: dict[str, Any]) -> Any:
-    """Build ``module:Class`` with ``kwargs`` and nothing else: no check of the protocol."""
+def construct(kit: Kit, target: str, kwargs: dict[str, Any]) -> Any:
+    """Build ``module:Class`` with ``kwargs`` and nothing else (no check of the protocol).
+
+    The constructor runs under the check's deadline.
+    """
     module, _, name = target.partition(":")
-    found: Any = importlib.import_module(module)
-    for part in name.split("."):
-        found = getattr(found, part)
-    return found(**kwargs)
+    with kit.watch.call([constructor(target)]):
+        found: Any = importlib.import_module(module)
+        for part in name.split("."):
+            found = getattr(found, part)
+        return found(**kwargs)
 
 
 def _shapes(kit: Kit) -> None:
@@ -103,7 +107,7 @@ def _shapes(kit: Kit) -> None:
         (settings.source, settings.source_kwargs, TokenSource),
     ):
         try:
-            built = construct(target, dict(kwargs))
+            built = construct(kit, target, dict(kwargs))
         except Exception:
             return  # Construction is BUILD-1's to judge, next.
         try:

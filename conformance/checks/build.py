@@ -10,6 +10,7 @@ from typing import Any
 from conformance.context import Kit, build_endpoint
 from conformance.registry import check
 from conformance.violation import fail
+from conformance.workers import constructor
 from tokcap_spec.config import TokenIdCaptureConfig, TokenIdCaptureSettings
 from tokcap_spec.errors import EndpointError
 
@@ -39,7 +40,8 @@ def config_build_sink(kit: Kit) -> None:
         )
     )
     try:
-        first, second = config.build_sink(), config.build_sink()
+        with kit.watch.call([constructor(kit.settings.sink)]):
+            first, second = config.build_sink(), config.build_sink()
     except EndpointError as exc:
         fail(
             "BUILD-1",
@@ -76,7 +78,8 @@ def unknown_kwarg_secret(kit: Kit) -> None:
     canary = f"tokcap-canary-{secrets.token_hex(6)}"
     kwargs = {**kit.settings.sink_kwargs, "tokcap_unknown_option": canary}
     try:
-        built = _resolve(kit.settings.sink)(**kwargs)
+        with kit.watch.call([constructor(kit.settings.sink)]):
+            built = _resolve(kit.settings.sink)(**kwargs)
     except Exception as exc:
         text = f"{exc!s} {exc!r}"
         if canary in text:
@@ -90,7 +93,8 @@ def unknown_kwarg_secret(kit: Kit) -> None:
     else:
         kit.run(built.close())
     try:
-        endpoint = build_endpoint(kit.settings.sink, kwargs, "sink")
+        with kit.watch.call([constructor(kit.settings.sink)]):
+            endpoint = build_endpoint(kit.settings.sink, kwargs, "sink")
     except EndpointError as exc:
         if canary in str(exc) or kit.settings.sink not in str(exc):
             fail(

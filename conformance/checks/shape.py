@@ -27,7 +27,7 @@ from tokcap_spec.protocols import TokenSink, TokenSource, protocol_methods, prot
 def _expect_protocol(
     kit: Kit, target: str, kwargs: dict[str, Any], protocol: type, role: str
 ) -> None:
-    built = construct(target, kwargs)
+    built = construct(kit, target, kwargs)
     try:
         methods = protocol_methods(protocol)
         problems = protocol_problems(built, protocol)
