@@ -78,20 +78,20 @@ def concurrent_construction(kit: Kit) -> None:
 def acks_visible_to_parent(kit: Kit) -> None:
     """Entries acked by sinks in two spawned workers freeze, exactly, from a source here."""
     _require_processes(kit)
-    rollout = kit.rollout_id()
-    batches = [[kit.entries.entry(rollout) for _ in range(3)] for _ in range(2)]
-    # One worker after the other: concurrent writers to one rollout are SPAWN-4's to judge.
-    for batch in batches:
-        _expect_all_ok(kit, "SPAWN-3", run_workers([_plan(kit, batch)]), "")
-    snapshot = freeze(kit, "SPAWN-3", kit.source(), rollout)
+    # A rollout each: concurrent writers to one rollout are SPAWN-4's to judge.
+    rollouts = [kit.rollout_id(f"w{n}") for n in range(2)]
+    batches = [[kit.entries.entry(rollout) for _ in range(3)] for rollout in rollouts]
+    _expect_all_ok(kit, "SPAWN-3", run_workers([_plan(kit, batch) for batch in batches]), "")
+    source = kit.source()
+    snapshots = [freeze(kit, "SPAWN-3", source, rollout) for rollout in rollouts]
     expected = sent(entry for batch in batches for entry in batch)
-    seen = payloads(snapshot)
+    seen = {call: payload for view in snapshots for call, payload in payloads(view).items()}
     missing = sorted(set(expected) - set(seen))
     if missing:
         fail(
             "SPAWN-3",
             expected=f"all {len(expected)} entries acked by spawned workers",
-            observed=f"{len(missing)} missing: {describe(snapshot)}",
+            observed=f"{len(missing)} missing: " + "; ".join(map(describe, snapshots)),
             hint="records kept in process memory are invisible to other processes; store them "
             "where every process reads (or declare --tokcap-capability=process-local)",
         )
