@@ -23,7 +23,7 @@ from conformance.deadline import Overrun, Refused, Watch, current_watch, operati
 from conformance.entries import EntryFactory, load_entry_class
 from conformance.settings import KitSettings
 from conformance.violation import ClauseViolation, fail
-from tokcap_spec.config import TokenIdCaptureConfig
+from tokcap_spec.config import build_endpoint as build_sink_or_source
 from tokcap_spec.errors import EndpointError
 from tokcap_spec.protocols import TokenSink, TokenSource
 from tokcap_spec.redaction import redact
@@ -50,7 +50,7 @@ def run_token() -> str:
 def build_endpoint(target: str, kwargs: dict[str, Any], kind: str) -> Any:
     """Build a sink or source from its target string and kwargs, as a serving process does."""
     protocol = TokenSink if kind == "sink" else TokenSource
-    return TokenIdCaptureConfig._build_endpoint(target, kwargs, protocol, kind)
+    return build_sink_or_source(target, kwargs, protocol, kind)
 
 
 class Endpoint:
@@ -92,7 +92,7 @@ class Endpoint:
 
 
 class Kit:
-    """Everything one check needs. Build with :meth:`open`; always :meth:`close`."""
+    """Everything one check needs; always :meth:`close` it."""
 
     def __init__(self, settings: KitSettings, check_id: str) -> None:
         self.settings = settings

@@ -35,7 +35,6 @@ __all__ = [
 CAPABILITIES = ("no-delete", "process-local")
 FENCES = ("any", "strict")
 PROFILES = ("quick", "ci", "thorough")
-FILE_STORE_TARGET = "reference.file_store:FileTokenStore"
 
 
 class SettingsError(ValueError):

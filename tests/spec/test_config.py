@@ -444,3 +444,15 @@ class TestMaskFractionGuard:
             TokenIdCaptureSettings(max_mask_fraction=0.25, mask_fraction_min_samples=8)
         )
         assert (guard.max_mask_fraction, guard.min_samples) == (0.25, 8)
+
+
+class TestPublicBuildEndpoint:
+    def test_the_seed_method_is_the_public_builder(self, targets: str) -> None:
+        """TokenIdCaptureConfig._build_endpoint builds exactly what build_endpoint builds."""
+        from tokcap_spec.config import build_endpoint
+
+        built = build_endpoint(f"{targets}:GoodSink", {}, TokenSink, "sink")
+        again = TokenIdCaptureConfig._build_endpoint(f"{targets}:GoodSink", {}, TokenSink, "sink")
+        assert type(built) is type(again)
+        with pytest.raises(EndpointError, match="has no attribute 'Missing'"):
+            build_endpoint(f"{targets}:Missing", {}, TokenSink, "sink")

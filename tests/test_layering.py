@@ -1,0 +1,43 @@
+"""The layout is the architecture: each package imports only the layers below it.
+
+``tokcap_spec`` is what a framework imports and depends on nothing else of the project;
+``reference`` (what passes) and ``conformance`` (what judges) import only ``tokcap_spec`` and
+never each other, so the kit can never lean on the implementations it judges.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = {"tokcap_spec", "reference", "conformance", "tokcap_pytest"}
+ALLOWED = {
+    "tokcap_spec": {"tokcap_spec"},
+    "reference": {"tokcap_spec", "reference"},
+    "conformance": {"tokcap_spec", "conformance", "tokcap_pytest"},
+}
+
+
+def _imported(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found & PROJECT
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_a_package_imports_only_the_layers_below(package: str) -> None:
+    """No module of the package imports a project package outside its allowed layers."""
+    strays = {
+        str(path.relative_to(ROOT)): sorted(_imported(path) - ALLOWED[package])
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if _imported(path) - ALLOWED[package]
+    }
+    assert strays == {}
