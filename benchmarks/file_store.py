@@ -54,7 +54,7 @@ if __package__ in (None, ""):
 from benchmarks.workload import entry_pool, main_sections, timed_from_barrier
 from reference._file_packed import check_entry
 from reference._file_records import entry_record
-from reference._file_rollouts import RolloutLogs
+from reference._file_rollouts import LogDirectory
 from reference.file_store import FileTokenStore
 from tokcap_spec.records import TokenEntry
 
@@ -448,7 +448,7 @@ def section_hop(root: str, scale: Scale) -> None:
 async def put_split(root: str, shape: str, count: int) -> dict[str, float]:
     """Median put latency next to its parts, measured alternately so disk noise hits all alike."""
     store = FileTokenStore(root)
-    logs = RolloutLogs(root)
+    logs = LogDirectory(root)
     canonical, checked, appended, synced, puts = [], [], [], [], []
     whole = entries(templates(shape), f"split-{shape}-put", count)
     parts = entries(templates(shape), f"split-{shape}-parts", count)
@@ -483,7 +483,7 @@ async def put_split(root: str, shape: str, count: int) -> dict[str, float]:
 def profile_blocking(root: str, shape: str, count: int) -> None:
     """Print the functions that take most of the check + blocking work of a put."""
     batch = entries(templates(shape), f"profile-{shape}", count)
-    logs = RolloutLogs(root)
+    logs = LogDirectory(root)
     profiler = cProfile.Profile()
     profiler.enable()
     for each in batch:

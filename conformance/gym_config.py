@@ -8,11 +8,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from tokcap_spec.config import TOKEN_ID_CAPTURE_BLOCK, token_id_capture_config
+from tokcap_spec.config import FILE_STORE_TARGET, TOKEN_ID_CAPTURE_BLOCK, token_id_capture_config
 
 __all__ = ["DIRECTORY_ONLY", "global_config_from_file", "sink_from_gym_config"]
 
-FILE_STORE_TARGET = "reference.file_store:FileTokenStore"
 DIRECTORY_ONLY = "directory_only"
 """The key :func:`sink_from_gym_config` adds to mark kwargs derived from a bare ``dir``."""
 

@@ -35,7 +35,7 @@ from reference._file_records import (
     PACKED,
     PACKED_PREFIX,
     Record,
-    RolloutState,
+    ReplayedRollout,
     has_checksum,
     open_record,
     parse_record,
@@ -154,7 +154,7 @@ class RolloutLog:
         self.name = log_name(rollout_id)
         self.path = os.path.join(root, self.name)
         self.rollout_id = rollout_id
-        self.state = RolloutState(rollout_id)
+        self.state = ReplayedRollout(rollout_id)
         self._fd = -1
         self._identity = (0, 0)
         self._offset = 0
@@ -172,7 +172,7 @@ class RolloutLog:
         self._fd = -1
         self._identity = (0, 0)
         self._offset = 0
-        self.state = RolloutState(self.rollout_id)
+        self.state = ReplayedRollout(self.rollout_id)
 
     @contextmanager
     def locked(self, *, create: bool, wait: float = 0.0) -> Iterator[bool]:
@@ -275,7 +275,7 @@ class RolloutLog:
         self._fd = fd
         self._identity = (info.st_dev, info.st_ino)
         self._offset = 0
-        self.state = RolloutState(self.rollout_id)
+        self.state = ReplayedRollout(self.rollout_id)
         return True
 
     def _catch_up(self) -> None:
@@ -546,7 +546,7 @@ class OwedSync:
         """Make the appended records durable; raise :class:`StoreWriteError` if that fails.
 
         On failure the records stay in the log (others may already have read them), their
-        durability unknown; the caller marks the rollout (``RolloutLogs.mark_unsynced``).
+        durability unknown; the caller marks the rollout (``LogDirectory.mark_unsynced``).
         """
         try:
             _sync_appended(self._fd, self.path)

@@ -51,7 +51,7 @@ __all__ = [
     "PACKED_PREFIX",
     "TOMBSTONE",
     "Record",
-    "RolloutState",
+    "ReplayedRollout",
     "digest",
     "entry_record",
     "freeze_record",
@@ -327,7 +327,7 @@ def parse_record(line: bytes, *, sealed: bool = True, identify: bool = True) -> 
 
 
 @dataclass
-class RolloutState:
+class ReplayedRollout:
     """What the records of one rollout log say, replayed in order.
 
     ``version`` counts state changes (new entries, intents, marks); a freeze does not change

@@ -1,6 +1,6 @@
 """The contract's semantics over a directory of rollout logs, as blocking calls.
 
-:class:`RolloutLogs` is used by one thread at a time (the store's writer thread). Processes
+:class:`LogDirectory` is used by one thread at a time (the store's writer thread). Processes
 and other instances sharing the directory are kept apart by each log's lock, so every method
 sees the state every acknowledged write left behind. A lock held elsewhere makes a method raise
 :class:`~reference._file_log.RolloutLockBusy` before it changes anything, so the caller can try
@@ -46,7 +46,7 @@ from tokcap_spec.errors import (
 from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry
 
-__all__ = ["OPEN_LOG_LIMIT", "FencedRollout", "RolloutLogs"]
+__all__ = ["OPEN_LOG_LIMIT", "FencedRollout", "LogDirectory"]
 
 OPEN_LOG_LIMIT = 256
 """How many rollout logs one instance keeps open between calls.
@@ -89,7 +89,7 @@ class FencedRollout:
         )
 
 
-class RolloutLogs:
+class LogDirectory:
     """Every rollout log under ``root``; each method is one locked step on one rollout.
 
     ``clock`` dates tombstones and decides which are old enough to sweep; ``mode`` is the

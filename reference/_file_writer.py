@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from reference._file_log import OwedSync, RolloutLockBusy, RolloutLockTimeoutError
 from reference._file_packed import CheckedEntry
-from reference._file_rollouts import RolloutLogs
+from reference._file_rollouts import LogDirectory
 from tokcap_spec.errors import StoreWriteError, TokenCaptureError
 
 __all__ = ["DEFAULT_SHARDS", "WriterThread"]
@@ -58,7 +58,7 @@ class _Job:
     loop: asyncio.AbstractEventLoop | None
     future: asyncio.Future[Any] | None
     key: str | None
-    work: Callable[[RolloutLogs], Any]
+    work: Callable[[LogDirectory], Any]
 
 
 @dataclass(slots=True)
@@ -132,7 +132,7 @@ def _typed(error: Exception, key: str | None) -> Exception:
 class _Shard:
     """What one shard thread works with."""
 
-    logs: RolloutLogs
+    logs: LogDirectory
     jobs: queue.SimpleQueue[_Item]
     syncs: concurrent.futures.ThreadPoolExecutor
 
@@ -145,7 +145,7 @@ def _finish(shard: _Shard, owed: OwedSync, puts: list[_Put], outcomes: list[Any]
         error = exc
         rollout_id, epoch = owed.rollout_id, owed.epoch
 
-        def mark_then_answer(logs: RolloutLogs) -> None:
+        def mark_then_answer(logs: LogDirectory) -> None:
             # The puts fail only once the mark is down (or could not be), as they did when
             # the sync ran on the shard: nobody sees the failure before the rollout is marked.
             try:
@@ -332,7 +332,7 @@ class _Shards:
 
 
 class WriterThread:
-    """Runs blocking :class:`RolloutLogs` work for the coroutines of one store.
+    """Runs blocking :class:`LogDirectory` work for the coroutines of one store.
 
     Work for one key (a rollout id) runs in the order it was submitted, on the one thread that
     key maps to; work without a key runs on the first thread, named ``name``.
@@ -373,7 +373,7 @@ class WriterThread:
                 jobs = queue.SimpleQueue()
                 name = self._name if index == 0 else f"{self._name} shard {index}"
                 shard = _Shard(
-                    RolloutLogs(self._root, mode=self._mode, lock_timeout=self._lock_timeout),
+                    LogDirectory(self._root, mode=self._mode, lock_timeout=self._lock_timeout),
                     jobs,
                     concurrent.futures.ThreadPoolExecutor(SYNC_THREADS, f"{name} sync"),
                 )
@@ -384,7 +384,7 @@ class WriterThread:
                 self._shards.queues[index] = jobs
             return jobs
 
-    async def run(self, work: Callable[[RolloutLogs], T], key: str | None = None) -> T:
+    async def run(self, work: Callable[[LogDirectory], T], key: str | None = None) -> T:
         """Run ``work`` on the thread of ``key`` and return its result (or raise its error).
 
         ``work`` may raise :class:`RolloutLockBusy` before it changes anything; it is then run

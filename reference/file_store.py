@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 from reference._file_log import RolloutLockTimeoutError
 from reference._file_packed import check_entry
-from reference._file_rollouts import RolloutLogs
+from reference._file_rollouts import LogDirectory
 from reference._file_writer import DEFAULT_SHARDS, WriterThread
 from tokcap_spec.errors import StoreWriteError
 from tokcap_spec.ids import validate_call_id, validate_rollout_id, validate_rollout_ids
@@ -180,9 +180,9 @@ class FileTokenStore:
         await self._writer.close()
 
 
-def _retire(rollout_id: str) -> Callable[[RolloutLogs], None]:
+def _retire(rollout_id: str) -> Callable[[LogDirectory], None]:
     return lambda logs: logs.retire(rollout_id)
 
 
-def _delete(rollout_id: str) -> Callable[[RolloutLogs], None]:
+def _delete(rollout_id: str) -> Callable[[LogDirectory], None]:
     return lambda logs: logs.delete(rollout_id)

@@ -31,6 +31,7 @@ from tokcap_spec.protocols import TokenSink, installed_token_sink, protocol_prob
 from tokcap_spec.redaction import redact
 
 __all__ = [
+    "FILE_STORE_TARGET",
     "TOKEN_ID_CAPTURE_BLOCK",
     "build_endpoint",
     "MaskFractionGuard",
@@ -42,6 +43,10 @@ __all__ = [
 ]
 
 TOKEN_ID_CAPTURE_BLOCK: Final = "token_id_capture"
+
+FILE_STORE_TARGET: Final = "reference:FileTokenStore"
+"""The target of the file store a capture block with no ``sink`` writes to, rooted at its
+directory (:meth:`TokenIdCaptureConfig.resolved_dir`)."""
 
 logger = logging.getLogger(__name__)
 

@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 
 from conformance.settings import DEFAULT_SEED, Option, SettingsError, resolve_settings
+from reference import FileTokenStore
+from tokcap_spec.config import build_endpoint
+from tokcap_spec.protocols import TokenSink
 
 
 def lookup(values: dict[str, Any], where: str) -> Any:
@@ -149,7 +152,9 @@ class TestResolveSettings:
         path = tmp_path / "gym.yaml"
         path.write_text(f"token_id_capture:\n  enabled: true\n  dir: {tmp_path}/store\n")
         settings = resolve(cli={"config": str(path)})
-        assert settings.sink == "reference.file_store:FileTokenStore"
+        assert settings.sink == "reference:FileTokenStore"
+        built = build_endpoint(settings.sink, {"root": str(tmp_path / "built")}, TokenSink, "sink")
+        assert isinstance(built, FileTokenStore)
         root = Path(settings.sink_kwargs["root"])
         assert root.parent == tmp_path / "store"
         assert root.name.startswith(".tokcap-conformance-")

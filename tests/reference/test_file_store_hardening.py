@@ -17,7 +17,7 @@ import pytest
 from reference import _file_log
 from reference import _file_writer as writer
 from reference._file_log import log_name
-from reference._file_rollouts import RolloutLogs
+from reference._file_rollouts import LogDirectory
 from reference.file_store import FileTokenStore, RolloutLockTimeoutError
 from tokcap_spec.errors import CorruptStoreError, StoreWriteError
 from tokcap_spec.records import TokenEntry
@@ -251,7 +251,7 @@ class TestFreezeBesidePuts:
         reading = threading.Event()
         queued = threading.Event()
         real_unpack = _file_log.unpack_entry
-        real_append = RolloutLogs.append_entries
+        real_append = LogDirectory.append_entries
 
         def unpack(rest: bytes, tokens: bytes) -> TokenEntry:
             order.append("read")
@@ -262,7 +262,7 @@ class TestFreezeBesidePuts:
                 assert queued.wait(30)
             return real_unpack(rest, tokens)
 
-        def append(logs: RolloutLogs, rollout_id: str, items: Any) -> Any:
+        def append(logs: LogDirectory, rollout_id: str, items: Any) -> Any:
             order.append(f"append {rollout_id}")
             return real_append(logs, rollout_id, items)
 
@@ -272,7 +272,7 @@ class TestFreezeBesidePuts:
             await store.put(entry("other", "a"))
             monkeypatch.setattr(_file_log, "unpack_entry", unpack)
             monkeypatch.setattr(writer, "STEP_SECONDS", 0.0)
-            monkeypatch.setattr(RolloutLogs, "append_entries", append)
+            monkeypatch.setattr(LogDirectory, "append_entries", append)
             freezing = asyncio.ensure_future(store.freeze("big"))
             assert await asyncio.to_thread(reading.wait, 30)
             put = asyncio.ensure_future(store.put(entry("other", "b")))

@@ -18,7 +18,7 @@ from reference._file_records import (
     PACKED,
     TOMBSTONE,
     Record,
-    RolloutState,
+    ReplayedRollout,
     digest,
     entry_record,
     freeze_record,
@@ -42,8 +42,8 @@ PACKED_ENTRY = check_entry(TokenEntry.from_json_bytes(PAYLOAD)).packed
 assert PACKED_ENTRY is not None
 
 
-def opened(rollout_id: str = "r") -> RolloutState:
-    state = RolloutState(rollout_id)
+def opened(rollout_id: str = "r") -> ReplayedRollout:
+    state = ReplayedRollout(rollout_id)
     state.apply(open_record(rollout_id, "e1"))
     return state
 
@@ -220,7 +220,7 @@ class TestParsing:
 class TestRolloutState:
     def test_a_fresh_state_is_unopened_and_clean(self) -> None:
         """Before any record the rollout is unopened, unfrozen and clean at version 0."""
-        state = RolloutState("r")
+        state = ReplayedRollout("r")
         assert (state.opened, state.frozen, state.incomplete, state.version) == (
             False,
             False,
@@ -273,13 +273,13 @@ class TestRolloutState:
         first = state.snapshot_id
         state.apply(mark_record("", "x"))
         assert state.snapshot_id != first
-        other = RolloutState("r")
+        other = ReplayedRollout("r")
         other.apply(open_record("r", "e2"))
         assert other.snapshot_id != first
 
     def test_a_tombstone_retires(self) -> None:
         """A tombstone as the first line retires the rollout at its time."""
-        state = RolloutState("r")
+        state = ReplayedRollout("r")
         state.apply(tombstone_record("r", "retire", 7.0))
         assert (state.retired, state.retired_at) == (True, 7.0)
 
@@ -297,7 +297,7 @@ class TestRolloutState:
     )
     def test_refuses_an_impossible_sequence(self, records: list[Record], reason: str) -> None:
         """Records that no store writes in that order are refused, saying which rule broke."""
-        state = RolloutState("r")
+        state = ReplayedRollout("r")
         *valid, impossible = records
         for record in valid:
             state.apply(record)

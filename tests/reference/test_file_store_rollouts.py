@@ -14,7 +14,7 @@ import pytest
 from reference import _file_log, _file_rollouts
 from reference._file_log import log_name, temporary_name
 from reference._file_records import entry_record
-from reference._file_rollouts import RolloutLogs
+from reference._file_rollouts import LogDirectory
 from tokcap_spec.errors import (
     ConflictingEntryError,
     CorruptStoreError,
@@ -45,14 +45,14 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def logs(tmp_path: Path, clock: Clock) -> Iterator[RolloutLogs]:
-    opened = RolloutLogs(str(tmp_path), clock)
+def logs(tmp_path: Path, clock: Clock) -> Iterator[LogDirectory]:
+    opened = LogDirectory(str(tmp_path), clock)
     yield opened
     opened.close()
 
 
 class TestPut:
-    def test_a_batch_reports_each_outcome_in_order(self, logs: RolloutLogs) -> None:
+    def test_a_batch_reports_each_outcome_in_order(self, logs: LogDirectory) -> None:
         """Within one batch, duplicates are no-ops and a reused call id conflicts."""
         outcomes = logs.put(
             "r",
@@ -72,7 +72,7 @@ class TestPut:
         assert snapshot.incomplete
         assert snapshot.version == 3
 
-    def test_a_batch_after_freeze_refuses_only_new_calls(self, logs: RolloutLogs) -> None:
+    def test_a_batch_after_freeze_refuses_only_new_calls(self, logs: LogDirectory) -> None:
         """After freeze a batch refuses new calls and still accepts identical re-puts."""
         logs.put("r", [("a", payload("r", "a"))])
         logs.freeze("r")
@@ -80,14 +80,14 @@ class TestPut:
         assert outcomes[0] is None
         assert isinstance(outcomes[1], RolloutFrozenError)
 
-    def test_a_batch_into_a_retired_rollout_is_refused_whole(self, logs: RolloutLogs) -> None:
+    def test_a_batch_into_a_retired_rollout_is_refused_whole(self, logs: LogDirectory) -> None:
         """Every put of a batch into a retired rollout reports RolloutRetiredError."""
         logs.retire("r")
         outcomes = logs.put("r", [("a", payload("r", "a")), ("b", payload("r", "b"))])
         assert all(isinstance(outcome, RolloutRetiredError) for outcome in outcomes)
 
     def test_a_batch_with_nothing_new_writes_nothing(
-        self, logs: RolloutLogs, tmp_path: Path
+        self, logs: LogDirectory, tmp_path: Path
     ) -> None:
         """A batch of identical re-puts leaves the log byte for byte as it was."""
         logs.put("r", [("a", payload("r", "a"))])
@@ -98,7 +98,7 @@ class TestPut:
 
 class TestSyncOutsideTheLock:
     def test_a_put_syncs_after_releasing_the_rollout_lock(
-        self, logs: RolloutLogs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        self, logs: LogDirectory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """While a put waits for its sync, another process could lock the log and append."""
         logs.put("r", [("a", payload("r", "a"))])
@@ -121,7 +121,7 @@ class TestSyncOutsideTheLock:
         assert free_during_sync == [True]
 
     def test_a_failed_sync_marks_nothing_once_the_rollout_is_gone(
-        self, logs: RolloutLogs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        self, logs: LogDirectory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """If the rollout was deleted before the sync failed, no new incarnation is made."""
         logs.put("r", [("a", payload("r", "a"))])
@@ -138,7 +138,7 @@ class TestSyncOutsideTheLock:
 
 class TestOpenLogs:
     def test_more_rollouts_than_open_logs_all_stay_correct(
-        self, logs: RolloutLogs, monkeypatch: pytest.MonkeyPatch
+        self, logs: LogDirectory, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """Logs closed to stay under the open-file limit reopen with their full state."""
         monkeypatch.setattr(_file_rollouts, "OPEN_LOG_LIMIT", 2)
@@ -150,7 +150,7 @@ class TestOpenLogs:
         assert all(logs.freeze(rollout_id).incomplete for rollout_id in ids)
         assert len(os.listdir(f"/proc/{os.getpid()}/fd")) < 1000
 
-    def test_close_then_use_reopens(self, logs: RolloutLogs) -> None:
+    def test_close_then_use_reopens(self, logs: LogDirectory) -> None:
         """A closed directory is opened again by the next call."""
         logs.put("r", [("a", payload("r", "a"))])
         logs.close()
@@ -158,7 +158,9 @@ class TestOpenLogs:
 
 
 class TestSweepTombstones:
-    def test_only_tombstones_older_than_the_limit_go(self, logs: RolloutLogs, clock: Clock) -> None:
+    def test_only_tombstones_older_than_the_limit_go(
+        self, logs: LogDirectory, clock: Clock
+    ) -> None:
         """Tombstones older than the limit are removed and counted; younger ones stay."""
         logs.retire("old")
         clock.now += 100
@@ -170,14 +172,14 @@ class TestSweepTombstones:
         assert isinstance(logs.put("young", [("a", payload("young", "a"))])[0], Exception)
         assert len(logs.freeze("open").entries) == 1
 
-    def test_a_repeated_retire_keeps_the_first_date(self, logs: RolloutLogs, clock: Clock) -> None:
+    def test_a_repeated_retire_keeps_the_first_date(self, logs: LogDirectory, clock: Clock) -> None:
         """Retiring again is a no-op: the tombstone keeps the age of the first retire."""
         logs.retire("r")
         clock.now += 100
         logs.retire("r")
         assert logs.sweep_tombstones(50) == 1
 
-    def test_a_dropped_rollout_is_swept_too(self, logs: RolloutLogs, clock: Clock) -> None:
+    def test_a_dropped_rollout_is_swept_too(self, logs: LogDirectory, clock: Clock) -> None:
         """The tombstone a drop leaves is dated and swept like a retire's."""
         snapshot = logs.freeze("r")
         assert logs.drop("r", snapshot.snapshot_id, snapshot.version)
@@ -185,7 +187,7 @@ class TestSweepTombstones:
         assert logs.sweep_tombstones(0) == 1
 
     def test_foreign_files_and_symlinks_are_left_alone(
-        self, logs: RolloutLogs, tmp_path: Path, clock: Clock
+        self, logs: LogDirectory, tmp_path: Path, clock: Clock
     ) -> None:
         """Sweeping ignores files it did not write and never follows a symlink."""
         (tmp_path / "notes.txt").write_text("keep")
@@ -198,7 +200,7 @@ class TestSweepTombstones:
         assert victim.read_text() == "keep"
 
     def test_old_temporary_files_are_removed_uncounted(
-        self, logs: RolloutLogs, tmp_path: Path, clock: Clock
+        self, logs: LogDirectory, tmp_path: Path, clock: Clock
     ) -> None:
         """A temporary file left by an interrupted drop is removed once old enough."""
         leftover = tmp_path / temporary_name("r")
@@ -217,7 +219,7 @@ class TestSweepTombstones:
         ],
     )
     def test_temporary_names_the_store_never_makes_are_left_alone(
-        self, logs: RolloutLogs, tmp_path: Path, clock: Clock, name: str
+        self, logs: LogDirectory, tmp_path: Path, clock: Clock, name: str
     ) -> None:
         """An old dot file ending in .tmp that the store would not have named stays."""
         foreign = tmp_path / name
@@ -227,7 +229,7 @@ class TestSweepTombstones:
         assert foreign.read_text() == "keep"
 
     def test_a_bad_file_is_reported_and_the_sweep_goes_on(
-        self, logs: RolloutLogs, tmp_path: Path, clock: Clock, reported: pytest.LogCaptureFixture
+        self, logs: LogDirectory, tmp_path: Path, clock: Clock, reported: pytest.LogCaptureFixture
     ) -> None:
         """A damaged tombstone is named in a warning; the tombstones after it are still swept."""
         for rollout_id in ("a", "b", "c"):
@@ -240,7 +242,7 @@ class TestSweepTombstones:
         assert sorted(os.listdir(tmp_path)) == [log_name("b")]
 
     def test_a_hard_linked_tombstone_is_reported_and_its_other_name_kept(
-        self, logs: RolloutLogs, tmp_path: Path, clock: Clock, reported: pytest.LogCaptureFixture
+        self, logs: LogDirectory, tmp_path: Path, clock: Clock, reported: pytest.LogCaptureFixture
     ) -> None:
         """A tombstone with a second link is not trusted: reported, left, and the sweep goes on."""
         logs.retire("linked")
@@ -264,19 +266,19 @@ def reported(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
 
 class TestForeignRecords:
     def test_a_foreign_conflicting_entry_fails_closed(
-        self, logs: RolloutLogs, tmp_path: Path
+        self, logs: LogDirectory, tmp_path: Path
     ) -> None:
         """A second entry for one call, written by another writer, marks it; the first wins."""
         logs.put("r", [("a", payload("r", "a"))])
         with (tmp_path / log_name("r")).open("ab") as handle:
             handle.write(entry_record("a", payload("r", "a", seed=9)).encode(sealed=True))
-        snapshot = RolloutLogs(str(tmp_path)).freeze("r")
+        snapshot = LogDirectory(str(tmp_path)).freeze("r")
         assert snapshot.incomplete
         assert [e.prompt_token_ids for e in snapshot.entries] == [[0]]
 
 
 class TestCorruption:
-    def test_a_log_of_another_rollout_is_refused(self, logs: RolloutLogs, tmp_path: Path) -> None:
+    def test_a_log_of_another_rollout_is_refused(self, logs: LogDirectory, tmp_path: Path) -> None:
         """A log moved under another rollout's name raises CorruptStoreError."""
         logs.put("a", [("c", payload("a", "c"))])
         logs.close()

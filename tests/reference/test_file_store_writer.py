@@ -11,7 +11,7 @@ import pytest
 
 from reference import _file_log
 from reference._file_log import RolloutLockBusy, RolloutLockTimeoutError
-from reference._file_rollouts import RolloutLogs
+from reference._file_rollouts import LogDirectory
 from reference._file_writer import WriterThread
 from tokcap_spec.errors import RolloutFrozenError
 from tokcap_spec.records import TokenEntry
@@ -54,7 +54,7 @@ class TestRun:
         gate = threading.Event()
         holding = threading.Event()
 
-        def hold(logs: RolloutLogs) -> None:
+        def hold(logs: LogDirectory) -> None:
             holding.set()
             gate.wait(30)
 
@@ -79,7 +79,7 @@ class TestRun:
         """A job that raises fails its own caller and leaves the thread serving others."""
         writer = WriterThread(str(tmp_path), name)
 
-        def boom(logs: RolloutLogs) -> None:
+        def boom(logs: LogDirectory) -> None:
             raise KeyError("boom")
 
         async def scenario() -> list[object]:
@@ -217,7 +217,7 @@ class TestBusyLocks:
         order: list[str] = []
         tries = 0
 
-        def busy_twice(logs: RolloutLogs) -> str:
+        def busy_twice(logs: LogDirectory) -> str:
             nonlocal tries
             tries += 1
             if tries <= 2:
@@ -225,7 +225,7 @@ class TestBusyLocks:
             order.append("a")
             return "a done"
 
-        def other(logs: RolloutLogs) -> str:
+        def other(logs: LogDirectory) -> str:
             order.append("b")
             return "b done"
 
@@ -242,7 +242,7 @@ class TestBusyLocks:
         """Work that finds its lock busy past the timeout fails with RolloutLockTimeoutError."""
         writer = WriterThread(str(tmp_path), name, lock_timeout=0.01)
 
-        def always_busy(logs: RolloutLogs) -> None:
+        def always_busy(logs: LogDirectory) -> None:
             raise RolloutLockBusy("a", "/store/a.log")
 
         async def scenario() -> None:
