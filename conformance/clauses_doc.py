@@ -61,7 +61,10 @@ A failed check raises one message that reads like this:
 - **expected** is what the clause requires in the situation the check set up;
 - **observed** is what the implementation did instead (kwarg values are redacted);
 - **hint** names the usual cause, which is often the first thing to look at;
-- **see** points to the clause's section on this page.
+- **promise** is the clause's title and what it promises, as this page states them;
+- **see** points to the clause's section on this page;
+- **read** is the command that prints the same section from an installed kit, where this page
+  is not at hand.
 
 A check can also be skipped. It is reported as *not claimed* when the target declared a
 capability under which the clause does not apply, and as skipped when an optional extension
