@@ -14,10 +14,18 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from conformance.registry import family_of
 from conformance.violation import CLAUSES_DOC
 
-__all__ = ["CLAUSES", "FAMILY_TITLES", "KIT", "Clause", "clause"]
+__all__ = [
+    "CLAUSES",
+    "FAMILY_TITLES",
+    "KIT",
+    "KIT_FAMILIES",
+    "Clause",
+    "clause",
+    "family_of",
+    "position",
+]
 
 KIT = "kit"
 """The ``checked_by`` value of clauses the kit checks against the implementation under test."""
@@ -38,6 +46,12 @@ FAMILY_TITLES = {
     "CONS": "Consumer",
 }
 """Every clause family in catalog order, with the title the docs give it."""
+
+
+def family_of(clause_id: str) -> str:
+    """Return the family of a clause id: the part before the first ``-`` (``EXT`` for
+    ``EXT-BEGIN-1``)."""
+    return clause_id.split("-", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -1047,6 +1061,19 @@ CLAUSES: tuple[Clause, ...] = (
 """Every contract clause, in catalog order."""
 
 _BY_ID = {found.id: found for found in CLAUSES}
+_POSITION = {found.id: index for index, found in enumerate(CLAUSES)}
+
+KIT_FAMILIES: tuple[str, ...] = tuple(
+    family
+    for family in FAMILY_TITLES
+    if any(found.family == family and found.checked_by == KIT for found in CLAUSES)
+)
+"""The families with a clause the kit checks, in catalog order: one kit test function each."""
+
+
+def position(clause_id: str) -> int:
+    """Return where the clause stands in catalog order; an unknown id sorts after every clause."""
+    return _POSITION.get(clause_id, len(CLAUSES))
 
 
 def clause(clause_id: str) -> Clause:

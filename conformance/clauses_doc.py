@@ -16,7 +16,7 @@ from conformance.catalog import CLAUSES, FAMILY_TITLES, KIT, Clause
 from conformance.registry import Check, all_checks
 from conformance.violation import CLAUSES_DOC, ClauseViolation
 
-__all__ = ["main", "render"]
+__all__ = ["clause_section", "main", "render"]
 
 _EXAMPLE_FAILURE = ClauseViolation(
     "PUT-1",
@@ -61,7 +61,10 @@ A failed check raises one message that reads like this:
 - **expected** is what the clause requires in the situation the check set up;
 - **observed** is what the implementation did instead (kwarg values are redacted);
 - **hint** names the usual cause, which is often the first thing to look at;
-- **see** points to the clause's section on this page.
+- **promise** is the clause's title and what it promises, as this page states them;
+- **see** points to the clause's section on this page;
+- **read** is the command that prints the same section from an installed kit, where this page
+  is not at hand.
 
 A check can also be skipped. It is reported as *not claimed* when the target declared a
 capability under which the clause does not apply, and as skipped when an optional extension
@@ -94,7 +97,7 @@ def render() -> str:
     parts = [_INTRO, _contents()]
     for family, title in FAMILY_TITLES.items():
         parts.append(f'<a id="family-{family.lower()}"></a>\n## {family}: {title}')
-        parts.extend(_clause_section(found, checks) for found in _members(family))
+        parts.extend(clause_section(found, checks) for found in _members(family))
     return "\n\n".join(part.rstrip("\n") for part in parts) + "\n"
 
 
@@ -121,7 +124,10 @@ def _prover(found: Clause) -> str:
     return "the kit" if found.checked_by == KIT else f"`{found.checked_by}`"
 
 
-def _clause_section(found: Clause, checks: list[Check]) -> str:
+def clause_section(found: Clause, checks: list[Check] | None = None) -> str:
+    """Return the clause's section of the doc, listing ``checks`` (default: every registered
+    check) that judge it."""
+    checks = all_checks() if checks is None else checks
     lines = [
         f'<a id="{found.anchor}"></a>',
         f"### {found.id}: {found.title}",
@@ -146,8 +152,14 @@ def _clause_section(found: Clause, checks: list[Check]) -> str:
         return "\n".join(lines)
     lines += ["**How the kit checks it.**", ""]
     lines += [f"- `{each.id}`: {each.summary}" for each in direct]
-    lines += [f"- `{each.id}` (also proves this clause): {each.summary}" for each in covering]
+    lines += [f"- `{each.id}` ({_covering(each)}): {each.summary}" for each in covering]
     return "\n".join(lines)
+
+
+def _covering(found: Check) -> str:
+    if found.clause is None:
+        return f"judges this clause among the {len(found.judges)} it covers"
+    return "also proves this clause"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

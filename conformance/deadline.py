@@ -146,9 +146,12 @@ class Watch:
     two attribute writes: nothing is handed between threads per call.
     """
 
-    def __init__(self, seconds: float, clause: str = "") -> None:
+    def __init__(
+        self, seconds: float, clause: str = "", blame: Callable[[str], str] | None = None
+    ) -> None:
         self.seconds = seconds
         self.clause = clause
+        self._blame = blame
         self.loop: asyncio.AbstractEventLoop | None = None
         self.abandoned: Overrun | None = None
         self._current: tuple[str, float] | None = None
@@ -163,6 +166,11 @@ class Watch:
             raise self.abandoned
         breaker.check(names)
         return _Marked(self, names[0] if len(set(names)) == 1 else "")
+
+    def clause_of(self, operation: str) -> str:
+        """The clause an overrun of ``operation`` fails: what ``blame`` names for it when the
+        watch was given one, else :attr:`clause`."""
+        return self._blame(operation) if self._blame is not None else self.clause
 
     def next_look(self) -> float:
         """Seconds until the call in progress, if any, overruns."""
@@ -184,7 +192,8 @@ class Watch:
         cancelled so that a coroutine waiting forever unwinds its thread."""
         self.abandoned = overrun
         name = self._current[0] if self._current else ""
-        breaker.trip(name or overrun.what, self.clause, str(overrun))
+        what = name or overrun.what
+        breaker.trip(what, self.clause_of(what), str(overrun))
         loop = self.loop
         if loop is not None and not loop.is_closed():
             for task in _tasks(loop):

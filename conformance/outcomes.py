@@ -2,7 +2,8 @@
 
 A violation fails the test and names its clause; a check a more basic clause blocked, or one
 that needed an operation the kit stopped calling, is skipped with ``blocked by <clause>`` and
-counts against that clause; a call that overran fails the clause being checked. What the
+counts against that clause; a call that overran fails the clause being checked (for a check
+with no primary clause, the covered clause about the operation that overran). What the
 verdict needs travels in the test's ``user_properties``, so it reaches an xdist controller.
 """
 
@@ -38,7 +39,7 @@ _HANG_HINT = (
 def judge(settings: KitSettings, check: Check, properties: list[tuple[str, object]]) -> None:
     """Run ``check`` and turn its result into a pass, a failure or a skip of the test."""
     __tracebackhide__ = True
-    watch = Watch(settings.timeout, check.clause)
+    watch = Watch(settings.timeout, check.clause_for(), check.clause_for)
     overran: Overrun | None = None
     if check.covers:
         properties.append((COVERS, " ".join(check.covers)))
@@ -57,13 +58,15 @@ def judge(settings: KitSettings, check: Check, properties: list[tuple[str, objec
     except Overrun as exc:
         overran = exc
     if overran is not None:
+        # A check with no primary clause fails the clause it covers of the overrun operation.
+        clause = check.clause_for(overran.what)
         violation = ClauseViolation(
-            check.clause,
+            clause,
             expected=f"{overran.what} to return within {overran.seconds:g} s (--tokcap-timeout)",
             observed=f"{overran}; the call was abandoned",
             hint=_HANG_HINT,
         )
-        properties += [(MESSAGE, str(violation)), (CLAUSE, check.clause)]
+        properties += [(MESSAGE, str(violation)), (CLAUSE, clause)]
         pytest.fail(str(violation), pytrace=False)
     for key, value in observations.items():
         properties.append((f"tokcap_{key}", value))

@@ -1,74 +1,132 @@
-"""The catalogue of checks: each one a function bound to one contract clause.
+"""The catalogue of checks: each one a function that judges contract clauses.
 
 Checks are plain functions taking a :class:`conformance.context.Kit`. They do not depend on
 pytest; the plugin only drives them. A check is registered with :func:`check` in a module
-under ``conformance.checks``; its id, ``<CLAUSE>-<slug>``, is the parameter id a user sees
-in the node id (``test_drop[DROP-2-stale-version]``).
+under ``conformance.checks`` (every module there whose name does not start with ``_``).
+
+Most checks judge one primary clause; their id, ``<CLAUSE>-<slug>``, is the parameter id a
+user sees in the node id (``test_drop[DROP-2-stale-version]``), under the test function of the
+clause's family. A check with no primary clause judges every clause it ``covers`` alike; its id
+is its slug and it runs under the test function of :data:`MODEL_GROUP`
+(``test_model[model-based]``).
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from conformance.catalog import KIT_FAMILIES, family_of, position
 
 if TYPE_CHECKING:
     from conformance.context import Kit
 
 __all__ = [
-    "CHECK_MODULES",
     "FAMILIES",
+    "GROUPS",
+    "MODEL_GROUP",
     "Check",
     "all_checks",
     "check",
+    "check_modules",
     "checks_by_id",
     "family_of",
 ]
 
-FAMILIES = ("SHAPE", "BUILD", "SPAWN", "PUT", "FREEZE", "FENCE", "DROP", "MASK", "CLOSE", "EXT")
-"""Clause families in the order the catalog lists them; one pytest test function each."""
+FAMILIES = KIT_FAMILIES
+"""The catalog's families that have kit clauses, in catalog order; one pytest test function
+each."""
 
-CHECK_MODULES = (
-    "conformance.checks.shape",
-    "conformance.checks.build",
-    "conformance.checks.spawn",
-    "conformance.checks.put",
-    "conformance.checks.freeze",
-    "conformance.checks.fence",
-    "conformance.checks.drop",
-    "conformance.checks.mask",
-    "conformance.checks.close",
-    "conformance.checks.extensions",
-    "conformance.checks.concurrency",
-    "conformance.checks.model_based",
-)
+MODEL_GROUP = "MODEL"
+"""The group of the checks with no primary clause; their test function is ``test_model``."""
+
+GROUPS = (*FAMILIES, MODEL_GROUP)
+"""Every group a check can fall in, in the order the suite's test functions come."""
+
+_CHECKS_PACKAGE = "conformance.checks"
+_CLAUSE_ID = re.compile(r"^(?:EXT-[A-Z]+|[A-Z]+)-\d+")
+
+_OPERATION_CLAUSES = {
+    "put": "PUT-",
+    "freeze": "FREEZE-",
+    "drop": "DROP-",
+    "mark_incomplete": "MASK-",
+    "begin_call": "EXT-BEGIN-",
+    "retire": "EXT-RETIRE-",
+    "delete": "EXT-RETIRE-",
+    "close": "CLOSE-",
+}
+"""The clause-id prefix of the clauses about each protocol operation."""
 
 CheckFunction = Callable[["Kit"], None]
 
 
 @dataclass(frozen=True)
 class Check:
-    """One check of one clause.
+    """One check, of one primary clause or (``clause`` None) of every clause it covers.
 
-    ``covers`` lists further clauses a passing run of this check also proves (a model-based
-    check exercises many); a failure is always reported under the clause it violated.
+    ``covers`` lists further clauses the check judges: a passing run proves each of them, and
+    a failure is always reported under the clause it violated. A check with no primary clause
+    covers at least one clause.
     """
 
-    clause: str
+    clause: str | None
     slug: str
     function: CheckFunction
     covers: tuple[str, ...] = ()
 
-    @property
-    def id(self) -> str:
-        """The parameter id: ``<CLAUSE>-<slug>``."""
-        return f"{self.clause}-{self.slug}"
+    def __post_init__(self) -> None:
+        if self.clause is None:
+            if not self.covers:
+                raise ValueError(f"check {self.slug} has no primary clause and covers none")
+            if _CLAUSE_ID.match(self.slug):
+                raise ValueError(
+                    f"check {self.slug} has no primary clause, so its slug must not start "
+                    "with a clause id"
+                )
 
     @property
-    def family(self) -> str:
-        """The clause family, ``PUT`` for ``PUT-3``."""
-        return family_of(self.clause)
+    def id(self) -> str:
+        """The parameter id: ``<CLAUSE>-<slug>``, or the slug alone without a primary clause."""
+        return self.slug if self.clause is None else f"{self.clause}-{self.slug}"
+
+    @property
+    def family(self) -> str | None:
+        """The family of the primary clause, ``PUT`` for ``PUT-3``; None without one."""
+        return None if self.clause is None else family_of(self.clause)
+
+    @property
+    def group(self) -> str:
+        """The suite's test function the check runs under: its family, else :data:`MODEL_GROUP`."""
+        return self.family or MODEL_GROUP
+
+    @property
+    def judges(self) -> tuple[str, ...]:
+        """Every clause the check judges: the primary clause, if any, then those it covers."""
+        return self.covers if self.clause is None else (self.clause, *self.covers)
+
+    def clause_for(self, operation: str = "") -> str:
+        """Return the clause a failure that names no clause of its own fails, such as a call to
+        ``operation`` (``put``, or a label like ``\\`put\\```) outliving the deadline.
+
+        That is the primary clause. Without one it is the first covered clause about the
+        operation (``drop`` fails the first DROP clause covered), and for an operation the
+        check covers no clause of, or an unknown one, the first covered clause in catalog
+        order: the check blames the earliest promise it judges rather than one it does not.
+        """
+        if self.clause is not None:
+            return self.clause
+        ordered = sorted(self.covers, key=position)
+        prefix = _OPERATION_CLAUSES.get(operation.strip("`"))
+        if prefix is not None:
+            about = [found for found in ordered if found.startswith(prefix)]
+            if about:
+                return about[0]
+        return ordered[0]
 
     @property
     def summary(self) -> str:
@@ -80,31 +138,42 @@ class Check:
 _checks: dict[str, Check] = {}
 
 
-def family_of(clause: str) -> str:
-    """Return the family of a clause id: the part before the first ``-``."""
-    return clause.split("-", 1)[0]
-
-
 def check(
-    clause: str, slug: str, *, covers: tuple[str, ...] = ()
+    clause: str | None, slug: str, *, covers: tuple[str, ...] = ()
 ) -> Callable[[CheckFunction], CheckFunction]:
-    """Register the decorated function as the check ``<clause>-<slug>``."""
+    """Register the decorated function as the check ``<clause>-<slug>``.
+
+    With ``clause`` None the check has no primary clause: it judges the clauses it ``covers``
+    alike and its id is ``slug``.
+    """
 
     def register(function: CheckFunction) -> CheckFunction:
         found = Check(clause, slug, function, covers)
         if found.id in _checks:
             raise ValueError(f"check id {found.id} is registered twice")
-        if found.family not in FAMILIES:
-            raise ValueError(f"check {found.id} names unknown family {found.family}")
+        for judged in found.judges:
+            if family_of(judged) not in FAMILIES:
+                raise ValueError(f"check {found.id} names unknown family {family_of(judged)}")
         _checks[found.id] = found
         return function
 
     return register
 
 
+def check_modules() -> list[str]:
+    """Name every module of ``conformance.checks`` whose name does not start with ``_``."""
+    package = importlib.import_module(_CHECKS_PACKAGE)
+    return sorted(
+        f"{_CHECKS_PACKAGE}.{module.name}"
+        for module in pkgutil.iter_modules(package.__path__)
+        if not module.name.startswith("_")
+    )
+
+
 def all_checks() -> list[Check]:
-    """Import every check module and return all checks, by family then clause order."""
-    for module in CHECK_MODULES:
+    """Import every check module and return all checks, in catalog order of their primary
+    clauses, then those with none; by slug within one clause."""
+    for module in check_modules():
         importlib.import_module(module)
     return sorted(_checks.values(), key=_order)
 
@@ -114,12 +183,7 @@ def checks_by_id() -> dict[str, Check]:
     return {found.id: found for found in all_checks()}
 
 
-def _order(found: Check) -> tuple[int, str, int, str]:
-    family, _, rest = found.clause.partition("-")
-    number = rest.rsplit("-", 1)[-1]
-    return (
-        FAMILIES.index(family),
-        rest.rsplit("-", 1)[0] if "-" in rest else "",
-        int(number) if number.isdigit() else 0,
-        found.slug,
-    )
+def _order(found: Check) -> tuple[int, int, str]:
+    if found.clause is None:
+        return (len(GROUPS), 0, found.slug)
+    return (GROUPS.index(found.group), position(found.clause), found.slug)

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from conformance.catalog import position
 from conformance.registry import FAMILIES, family_of
 from conformance.secrecy import scrub
 from conformance.settings import KitSettings
@@ -238,11 +239,5 @@ def _rank(outcome: str) -> int:
     return _PRECEDENCE.index(outcome) if outcome in _PRECEDENCE else len(_PRECEDENCE)
 
 
-def _order(clause: str) -> tuple[int, str, int]:
-    family, _, rest = clause.partition("-")
-    head, _, number = rest.rpartition("-")
-    return (
-        FAMILIES.index(family) if family in FAMILIES else len(FAMILIES),
-        head,
-        int(number) if number.isdigit() else 0,
-    )
+def _order(clause: str) -> tuple[int, str]:
+    return (position(clause), clause)

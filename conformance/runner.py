@@ -26,12 +26,12 @@ class CheckSkipped(Exception):
 class CheckBlocked(Exception):
     """A more basic clause broke, so the check could not judge its own clause.
 
-    ``clause`` is the clause the check judges, ``blocked_by`` the clause that broke first and
-    ``violation`` the evidence against ``blocked_by`` (itself a failure of that clause).
-    Blocked never counts as passed.
+    ``clause`` is the clause the check judges (None for a check with no primary clause),
+    ``blocked_by`` the clause that broke first and ``violation`` the evidence against
+    ``blocked_by`` (itself a failure of that clause). Blocked never counts as passed.
     """
 
-    def __init__(self, clause: str, violation: ClauseViolation) -> None:
+    def __init__(self, clause: str | None, violation: ClauseViolation) -> None:
         self.clause = clause
         self.blocked_by = violation.clause
         self.violation = violation
@@ -65,7 +65,7 @@ def run_check(settings: KitSettings, check: Check) -> dict[str, str]:
     except Unreadable as problem:
         violation = unreadable(problem, kit)
     except Exception as exc:
-        violation = unexpected_error(check.clause, f"check {check.id}", exc, kit)
+        violation = unexpected_error(check.clause_for(), f"check {check.id}", exc, kit)
     finally:
         for error in kit.close():
             warnings.warn(f"tokcap: {check.id}: {error}", stacklevel=1)
@@ -76,10 +76,14 @@ def run_check(settings: KitSettings, check: Check) -> dict[str, str]:
 
 
 def _judged(settings: KitSettings, check: Check, violation: ClauseViolation) -> Exception:
-    """Return what a check's violation means: its failure, or blocked by a more basic clause."""
-    basic = first_broken(settings, check.clause)
+    """Return what a check's violation means: its failure, or blocked by a more basic clause.
+
+    A violation of any clause the check judges is its own failure. Which basics count is
+    decided by the check's primary clause or, for a check with none, by the violated clause.
+    """
+    basic = first_broken(settings, check.clause or violation.clause)
     if basic is not None and basic.clause != violation.clause:
         return CheckBlocked(check.clause, basic)
-    if violation.clause != check.clause and violation.clause not in check.covers:
+    if violation.clause not in check.judges:
         return CheckBlocked(check.clause, violation)
     return violation

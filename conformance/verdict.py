@@ -6,8 +6,9 @@ too, so the verdict sees every worker's tests.
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -15,9 +16,12 @@ from conformance import outcomes
 from conformance.report import Verdicts
 from conformance.secrecy import scrub
 
+if TYPE_CHECKING:
+    from conformance.registry import Check
+
 __all__ = ["VerdictHooks", "conclude", "scrub_report"]
 
-_CLAUSE_IN_PARAM = re.compile(r"\[((?:EXT-[A-Z]+|[A-Z]+)-\d+)-[^\]]*\]$")
+_PARAM = re.compile(r"\[([^\]]*)\]$")
 _KIT_MODULE = "test_contract.py::"
 _NOT_OBSERVATIONS = (
     outcomes.MESSAGE,
@@ -49,26 +53,31 @@ class VerdictHooks:
         self.selected |= {nodeid for nodeid in ids if _KIT_MODULE in nodeid}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        match = _CLAUSE_IN_PARAM.search(report.nodeid)
+        match = _PARAM.search(report.nodeid)
         if match is None or _KIT_MODULE not in report.nodeid:
+            return
+        found = _registered().get(match.group(1))
+        if found is None:
             return
         verdicts = self.verdicts
         properties = dict(report.user_properties)
         for key, value in properties.items():
             if key.startswith("tokcap_") and key not in _NOT_OBSERVATIONS:
                 verdicts.observations[key.removeprefix("tokcap_")] = str(value)
-        clause = match.group(1)
+        # The clauses the test stands for: its primary clause, or every clause a check with
+        # none covers.
+        answering = found.judges if found.clause is None else (found.clause,)
         verdicts.reported.add(report.nodeid)
-        # A check proving many clauses that stops on one of them leaves its own clause
-        # unproven, which must not outweigh a check of that clause that passed.
-        soft = bool(properties.get(outcomes.COVERS))
+        # A check proving many clauses that stops on one of them leaves the others unproven,
+        # which must not outweigh a check of those clauses that passed.
+        soft = bool(found.covers)
         if report.failed:
             message = str(properties.get(outcomes.MESSAGE) or _first_line(report.longreprtext))
-            violated = str(properties.get(outcomes.CLAUSE) or clause)
+            violated = str(properties.get(outcomes.CLAUSE) or found.clause_for())
             verdicts.record(violated, report.nodeid, "failed", message)
-            if violated != clause:
+            if found.clause is not None and violated != found.clause:
                 verdicts.record(
-                    clause,
+                    found.clause,
                     report.nodeid,
                     "blocked",
                     f"blocked by {violated}: {message}",
@@ -81,12 +90,16 @@ class VerdictHooks:
             if blocker:
                 evidence = str(properties.get(outcomes.BLOCKER_MESSAGE, reason))
                 verdicts.record(str(blocker), report.nodeid, "failed", evidence)
-                verdicts.record(clause, report.nodeid, "blocked", reason, str(blocker), soft=soft)
+                for clause in answering:
+                    verdicts.record(
+                        clause, report.nodeid, "blocked", reason, str(blocker), soft=soft
+                    )
                 return
             outcome = "not-claimed" if reason.startswith("not claimed") else "skipped"
-            verdicts.record(clause, report.nodeid, outcome, reason)
+            for clause in answering:
+                verdicts.record(clause, report.nodeid, outcome, reason)
         elif report.when == "call":
-            for proven in (clause, *str(properties.get(outcomes.COVERS, "")).split()):
+            for proven in found.judges:
                 verdicts.record(proven, report.nodeid, "passed")
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
@@ -154,6 +167,14 @@ def _selection(hooks: VerdictHooks, verdicts: Verdicts) -> bool:
 
     unreported = hooks.selected - verdicts.reported
     return bool(hooks.deselected or unreported or len(hooks.selected) < len(all_checks()))
+
+
+@functools.cache
+def _registered() -> dict[str, Check]:
+    """Every registered check by id, read once per process."""
+    from conformance.registry import checks_by_id
+
+    return checks_by_id()
 
 
 def _junit(config: pytest.Config) -> Any:

@@ -6,6 +6,7 @@ from typing import NoReturn
 
 __all__ = [
     "CLAUSES_DOC",
+    "READ_COMMAND",
     "BlockedBy",
     "ClauseViolation",
     "ExtensionMissing",
@@ -15,6 +16,10 @@ __all__ = [
 ]
 
 CLAUSES_DOC = "docs/clauses.md"
+"""Where a source checkout explains every clause; the installed kit prints the same text with
+``python -m conformance.clauses <ID>``."""
+
+READ_COMMAND = "python -m conformance.clauses"
 
 
 def clause_anchor(clause: str) -> str:
@@ -26,7 +31,9 @@ class ClauseViolation(AssertionError):
     """An implementation broke one contract clause.
 
     The message reads, in one block: the clause id, the expectation, the observation, a hint at
-    the usual cause, and where the clause is explained.
+    the usual cause, the clause's title and promise as the catalog states them (for a clause
+    the catalog knows), where the clause is explained, and the command that prints that
+    explanation from an installed kit.
     """
 
     def __init__(self, clause: str, expected: str, observed: str, hint: str) -> None:
@@ -39,8 +46,22 @@ class ClauseViolation(AssertionError):
             f"  expected: {expected}\n"
             f"  observed: {observed}\n"
             f"  hint:     {hint}\n"
-            f"  see:      {clause_anchor(clause)}"
+            f"{_promise(clause)}"
+            f"  see:      {clause_anchor(clause)}\n"
+            f"  read:     {READ_COMMAND} {clause}"
         )
+
+
+def _promise(clause: str) -> str:
+    """The message's ``promise:`` line, or nothing for an id the catalog does not hold."""
+    # Imported here: the catalog imports this module for CLAUSES_DOC.
+    from conformance.catalog import clause as catalog_clause
+
+    try:
+        found = catalog_clause(clause)
+    except KeyError:
+        return ""
+    return f"  promise:  {found.title}: {found.promise}\n"
 
 
 def fail(clause: str, *, expected: str, observed: str, hint: str) -> NoReturn:

@@ -44,7 +44,11 @@ from tokcap_spec.protocols import (
 from tokcap_spec.records import TOKEN_ENTRY_RECORD_SCHEMA_VERSION, TOKEN_FIELDS, TokenEntry
 
 SPEC_REVISION = "2026.11"
-"""The revision of the clause catalog this package and the kit implement."""
+"""The revision of the clause catalog this package and the kit implement.
+
+The kit's ``conformance/contract.lock.json`` records each revision's clauses; this is its
+newest revision (the project's tests hold the two equal), and
+``python -m conformance.revision --write`` sets it when it records a new one."""
 
 __all__ = [
     "ROLLOUT_ID_PATTERN",

@@ -34,7 +34,7 @@ def kit_clauses() -> list[str]:
     """Return every clause id the kit has a check for, in catalog order."""
     ordered: list[str] = []
     for found in all_checks():
-        if found.clause not in ordered:
+        if found.clause is not None and found.clause not in ordered:
             ordered.append(found.clause)
     return ordered
 

@@ -180,7 +180,7 @@ def _program(kit: Kit, rules: Rules) -> type[RuleBasedStateMachine]:
 
 
 @check(
-    "FENCE-1",
+    None,
     "model-based",
     covers=(
         "PUT-3",
@@ -189,6 +189,7 @@ def _program(kit: Kit, rules: Rules) -> type[RuleBasedStateMachine]:
         "FREEZE-2",
         "FREEZE-3",
         "FREEZE-4",
+        "FENCE-1",
         "FENCE-2",
         "DROP-1",
         "DROP-2",

@@ -1,7 +1,10 @@
-"""The contract, as pytest tests: ``test_<family>[<CLAUSE>-<slug>]`` for every registered check.
+"""The contract, as pytest tests: one test function per group of registered checks.
 
-Collected only when a ``--tokcap-*`` target is given. Each test runs one check through the
-``tokcap_run`` fixture the plugin provides.
+A check of a primary clause runs as ``test_<family>[<CLAUSE>-<slug>]`` (``test_put[PUT-1-...]``),
+one with no primary clause as ``test_model[<slug>]``. The functions are made from the registry,
+one for each group that has checks, in catalog order. Collected only when a ``--tokcap-*``
+target is given. Each test runs one check through the ``tokcap_run`` fixture the plugin
+provides.
 """
 
 from __future__ import annotations
@@ -10,66 +13,29 @@ from collections.abc import Callable
 
 import pytest
 
-from conformance.registry import Check, all_checks
+from conformance.registry import GROUPS, Check, all_checks
+
+Run = Callable[[Check], None]
+Test = Callable[[Check, Run], None]
 
 _CHECKS = all_checks()
 
 
-def _family(family: str) -> pytest.MarkDecorator:
-    return pytest.mark.parametrize(
-        "tokcap_check",
-        [pytest.param(found, id=found.id) for found in _CHECKS if found.family == family],
+def _test_function(group: str, members: list[Check]) -> Test:
+    """Return the test function ``test_<group>``, parametrized with ``members`` by id."""
+
+    @pytest.mark.parametrize(
+        "tokcap_check", [pytest.param(found, id=found.id) for found in members]
     )
+    def test(tokcap_check: Check, tokcap_run: Run) -> None:
+        tokcap_run(tokcap_check)
+
+    test.__name__ = test.__qualname__ = f"test_{group.lower()}"
+    test.__doc__ = f"Every registered check of the {group} group passes against the target."
+    return test
 
 
-Run = Callable[[Check], None]
-
-
-@_family("SHAPE")
-def test_shape(tokcap_check: Check, tokcap_run: Run) -> None:
-    tokcap_run(tokcap_check)
-
-
-@_family("BUILD")
-def test_build(tokcap_check: Check, tokcap_run: Run) -> None:
-    tokcap_run(tokcap_check)
-
-
-@_family("SPAWN")
-def test_spawn(tokcap_check: Check, tokcap_run: Run) -> None:
-    tokcap_run(tokcap_check)
-
-
-@_family("PUT")
-def test_put(tokcap_check: Check, tokcap_run: Run) -> None:
-    tokcap_run(tokcap_check)
-
-
-@_family("FREEZE")
-def test_freeze(tokcap_check: Check, tokcap_run: Run) -> None:
-    tokcap_run(tokcap_check)
-
-
-@_family("FENCE")
-def test_fence(tokcap_check: Check, tokcap_run: Run) -> None:
-    tokcap_run(tokcap_check)
-
-
-@_family("DROP")
-def test_drop(tokcap_check: Check, tokcap_run: Run) -> None:
-    tokcap_run(tokcap_check)
-
-
-@_family("MASK")
-def test_mask(tokcap_check: Check, tokcap_run: Run) -> None:
-    tokcap_run(tokcap_check)
-
-
-@_family("CLOSE")
-def test_close(tokcap_check: Check, tokcap_run: Run) -> None:
-    tokcap_run(tokcap_check)
-
-
-@_family("EXT")
-def test_ext(tokcap_check: Check, tokcap_run: Run) -> None:
-    tokcap_run(tokcap_check)
+for _group in GROUPS:
+    _members = [found for found in _CHECKS if found.group == _group]
+    if _members:
+        globals()[f"test_{_group.lower()}"] = _test_function(_group, _members)

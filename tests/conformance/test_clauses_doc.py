@@ -57,9 +57,24 @@ class TestRender:
         """Each registered check's id and summary appear in its clause's section."""
         text = render()
         for registered in all_checks():
+            if registered.clause is None:
+                continue
             assert f"- `{registered.id}`: {registered.summary}\n" in section(
                 text, registered.clause
             )
+
+    def test_check_with_no_primary_clause_is_listed_under_every_clause_it_covers(self) -> None:
+        """A check judging many clauses alike is listed, by its slug, under each of them."""
+        text = render()
+        many = [registered for registered in all_checks() if registered.clause is None]
+        assert [registered.id for registered in many] == ["model-based"]
+        for registered in many:
+            line = (
+                f"- `{registered.id}` (judges this clause among the {len(registered.covers)} it "
+                f"covers): {registered.summary}\n"
+            )
+            for covered in registered.covers:
+                assert line in section(text, covered), covered
 
     def test_clause_without_a_check_reads_not_yet_checked(
         self, monkeypatch: pytest.MonkeyPatch

@@ -129,12 +129,12 @@ class TestModelBasedCheck:
 
     def test_passes_a_relaxed_store(self, tmp_path: Path) -> None:
         """Random programs against a correct relaxed-fence store raise nothing."""
-        check = checks_by_id()["FENCE-1-model-based"]
+        check = checks_by_id()["model-based"]
         run_check(self.settings("relaxed:RelaxedFileStore", tmp_path), check)
 
     def test_prints_the_shrunk_program(self, tmp_path: Path) -> None:
         """A version counted from entries fails MASK-3 with the short program that shows it."""
-        check = checks_by_id()["FENCE-1-model-based"]
+        check = checks_by_id()["model-based"]
         with pytest.raises(ClauseViolation) as raised:
             run_check(self.settings("zoo_concurrency:CountedVersion", tmp_path), check)
         assert raised.value.clause == "MASK-3"
