@@ -35,7 +35,7 @@ from conformance.context import Endpoint, Kit, build_endpoint, unexpected_error
 from conformance.entries import ODD_CALL_IDS
 from conformance.reading import SnapshotView, Unreadable, entry_view, read_snapshot
 from conformance.settings import KitSettings
-from conformance.violation import ClauseViolation, fail
+from conformance.violation import ClauseViolation
 from conformance.workers import Operation, WorkerPlan, constructor, run_workers
 from tokcap_spec.errors import EndpointError
 from tokcap_spec.protocols import TokenSink, TokenSource, protocol_problems
@@ -57,11 +57,11 @@ def first_broken(settings: KitSettings, clause: str = "") -> ClauseViolation | N
     For a ``clause`` in :data:`STRUCTURAL` only the basics of shape and construction count.
     """
     basics = _BASICS[:2] if clause in STRUCTURAL else _BASICS
-    for basic in basics:
+    for basic, judged in basics:
         known = _outcomes.get((id(settings), basic.__name__))
         if known is None or known[0] is not settings:
             # A kit of its own for each: endpoints one basic left open never hinder the next.
-            kit = Kit(settings, f"basics-{basic.__name__.strip('_')}")
+            kit = Kit(settings, f"basics-{basic.__name__.strip('_')}", judged)
             try:
                 known = (settings, _broken(kit, basic))
             finally:
@@ -113,8 +113,7 @@ def _shapes(kit: Kit) -> None:
         try:
             problems = protocol_problems(built, protocol)
             if problems:
-                fail(
-                    "SHAPE-1",
+                kit.fail(
                     expected=f"a {protocol.__name__} with async methods",
                     observed="; ".join(problems),
                     hint="declare the protocol methods with 'async def'",
@@ -133,13 +132,15 @@ def _builds(kit: Kit) -> None:
         try:
             build()
         except EndpointError as exc:
-            raise unexpected_error("BUILD-1", "building the target", exc, kit) from None
+            raise unexpected_error(kit.blame(), "building the target", exc, kit) from None
 
 
-def _expect(clause: str, holds: bool, expected: str, observed: str, hint: str) -> None:
+def _expect(
+    kit: Kit, holds: bool, expected: str, observed: str, hint: str, *, clause: str | None = None
+) -> None:
     __tracebackhide__ = True
     if not holds:
-        fail(clause, expected=expected, observed=observed, hint=hint)
+        kit.fail(expected=expected, observed=observed, hint=hint, clause=clause)
 
 
 def _visible_on_return(kit: Kit) -> None:
@@ -147,12 +148,12 @@ def _visible_on_return(kit: Kit) -> None:
     sink = kit.sink()
     for _ in range(_VISIBILITY_ATTEMPTS):
         rollout = kit.rollout_id("basic")
-        put(kit, "PUT-1", sink, kit.entries.entry(rollout))
+        put(kit, sink, kit.entries.entry(rollout))
         seen = freeze_elsewhere(kit, rollout)
         if isinstance(seen, Unreadable):
             raise seen
         _expect(
-            "PUT-1",
+            kit,
             isinstance(seen, SnapshotView) and bool(seen.entries),
             "a plain entry visible to a fresh source as soon as put returned",
             describe(seen)
@@ -167,60 +168,66 @@ def _one_rollout(kit: Kit) -> None:
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id("basic")
     entry = kit.entries.entry(rollout)
-    put(kit, "PUT-1", sink, entry)
-    first = freeze(kit, "FREEZE-1", source, rollout)
+    put(kit, sink, entry, clause="PUT-1")
+    first = freeze(kit, source, rollout, clause="FREEZE-1")
     _expect(
-        "FREEZE-3",
+        kit,
         len(first.entries) == 1,
         "one entry for one put",
         describe(first),
         "key entries by model_call_id",
+        clause="FREEZE-3",
     )
     _expect(
-        "PUT-2",
+        kit,
         first.payloads() == sent([entry]),
         "a plain entry (ASCII, float32-exact log probs) to freeze back unchanged",
         describe(first),
         "store every field of the record as given",
+        clause="PUT-2",
     )
     for repeat in (
-        freeze(kit, "FREEZE-2", source, rollout),
-        freeze(kit, "FREEZE-2", kit.source(), rollout),
+        freeze(kit, source, rollout, clause="FREEZE-2"),
+        freeze(kit, kit.source(), rollout, clause="FREEZE-2"),
     ):
         _expect(
-            "FREEZE-2",
+            kit,
             state(repeat) == state(first),
             f"the same snapshot: {describe(first)}",
             describe(repeat),
             "a freeze with no write in between mints nothing new",
+            clause="FREEZE-2",
         )
-    empty = freeze(kit, "FREEZE-4", source, kit.rollout_id("never"))
+    empty = freeze(kit, source, kit.rollout_id("never"), clause="FREEZE-4")
     _expect(
-        "FREEZE-4",
+        kit,
         not empty.entries and not empty.incomplete,
         "a rollout never written to freeze empty and clean",
         describe(empty),
         "an unknown rollout is empty and clean, not an error",
+        clause="FREEZE-4",
     )
     again = kit.rollout_id("reput")
     twice = kit.entries.entry(again)
-    put(kit, "PUT-3", sink, twice)
-    put(kit, "PUT-3", kit.sink(), twice)
-    frozen = freeze(kit, "PUT-3", source, again)
+    put(kit, sink, twice, clause="PUT-3")
+    put(kit, kit.sink(), twice, clause="PUT-3")
+    frozen = freeze(kit, source, again, clause="PUT-3")
     _expect(
-        "PUT-3",
+        kit,
         len(frozen.entries) == 1 and not frozen.incomplete,
         "one clean entry after an identical re-put",
         describe(frozen),
         "an identical re-put is a no-op",
+        clause="PUT-3",
     )
     raises(kit.sink().put, twice)
     _expect(
-        "PUT-3",
-        state(freeze(kit, "PUT-3", kit.source(), again)) == state(frozen),
+        kit,
+        state(freeze(kit, kit.source(), again, clause="PUT-3")) == state(frozen),
         "an identical re-put after freeze to change nothing",
         describe(frozen),
         "after freeze an identical re-put may raise, but never moves the version",
+        clause="PUT-3",
     )
 
 
@@ -231,24 +238,26 @@ def _isolation(kit: Kit) -> None:
     ids = [f"{base}.a", f"{base}_a", f"{base}.A"]
     entries = [kit.entries.entry(rollout) for rollout in ids]
     for entry in entries:
-        put(kit, "PUT-5", sink, entry)
-    first = freeze(kit, "PUT-5", source, ids[0])
-    put(kit, "PUT-5", sink, kit.entries.entry(f"{base}-a"))
+        put(kit, sink, entry, clause="PUT-5")
+    first = freeze(kit, source, ids[0], clause="PUT-5")
+    put(kit, sink, kit.entries.entry(f"{base}-a"), clause="PUT-5")
     for rollout, entry in zip(ids, entries, strict=True):
-        view = freeze(kit, "PUT-5", source, rollout)
+        view = freeze(kit, source, rollout, clause="PUT-5")
         _expect(
-            "PUT-5",
+            kit,
             view.payloads() == sent([entry]),
             f"{rollout!r} to hold only its own entry",
             describe(view),
             "key storage by the exact rollout id",
+            clause="PUT-5",
         )
     _expect(
-        "PUT-5",
-        state(freeze(kit, "PUT-5", source, ids[0])) == state(first),
+        kit,
+        state(freeze(kit, source, ids[0], clause="PUT-5")) == state(first),
         "writes to other rollouts to leave this one's snapshot as it was",
         describe(first),
         "keep one version per rollout",
+        clause="PUT-5",
     )
     rollout = kit.rollout_id("calls")
     odd = [
@@ -257,14 +266,15 @@ def _isolation(kit: Kit) -> None:
         if call.isascii()
     ]
     for entry in odd:
-        put(kit, "PUT-6", sink, entry)
-    view = freeze(kit, "PUT-6", source, rollout)
+        put(kit, sink, entry, clause="PUT-6")
+    view = freeze(kit, source, rollout, clause="PUT-6")
     _expect(
-        "PUT-6",
+        kit,
         view.payloads() == sent(odd),
         "odd call ids to come back exactly",
         describe(view),
         "never split, cut or normalize call ids",
+        clause="PUT-6",
     )
 
 
@@ -273,21 +283,23 @@ def _retire(kit: Kit) -> None:
     sink, source = kit.sink(), kit.source()
     exact, other = kit.rollout_id("basic"), kit.rollout_id("basic")
     for rollout in (exact, other):
-        put(kit, "PUT-1", sink, kit.entries.entry(rollout))
-    first = freeze(kit, "FREEZE-1", source, exact)
+        put(kit, sink, kit.entries.entry(rollout), clause="PUT-1")
+    first = freeze(kit, source, exact, clause="FREEZE-1")
     _expect(
-        "DROP-1",
-        drop(kit, "DROP-1", kit.source(), exact, first.snapshot_id, first.version),
+        kit,
+        drop(kit, kit.source(), exact, first.snapshot_id, first.version, clause="DROP-1"),
         "drop of the exact current snapshot to return True",
         f"False for {describe(first)}",
         "compare the stored frozen snapshot_id and version, from any instance",
+        clause="DROP-1",
     )
     _expect(
-        "FENCE-2",
+        kit,
         raises(kit.sink().put, kit.entries.entry(exact)) is not None,
         "a put after drop to raise",
         "it was acked",
         "keep a tombstone for dropped rollouts",
+        clause="FENCE-2",
     )
     try:
         gone = read_snapshot(kit.run(kit.source().raw.freeze(exact)))
@@ -296,48 +308,53 @@ def _retire(kit: Kit) -> None:
     if gone is not None:
         remains = bool(gone.entries)
         _expect(
-            "DROP-5",
+            kit,
             remains == kit.claims("no-delete"),
             "the records to still freeze after drop (no-delete declared)"
             if kit.claims("no-delete")
             else "the records to be gone after drop",
             describe(gone),
             "delete on drop, or declare --tokcap-capability=no-delete",
+            clause="DROP-5",
         )
-    kept = freeze(kit, "FREEZE-1", source, other)
+    kept = freeze(kit, source, other, clause="FREEZE-1")
     for snapshot_id, version in ((kept.snapshot_id, kept.version + 1), ("other", kept.version)):
         _expect(
-            "DROP-2",
-            not drop(kit, "DROP-2", source, other, snapshot_id, version),
+            kit,
+            not drop(kit, source, other, snapshot_id, version, clause="DROP-2"),
             f"drop with ({snapshot_id!r}, {version}) to return False",
             f"True (current {kept.snapshot_id!r}, {kept.version})",
             "retire only the exact current snapshot",
+            clause="DROP-2",
         )
     _expect(
-        "DROP-3",
-        state(freeze(kit, "DROP-3", kit.source(), other)) == state(kept),
+        kit,
+        state(freeze(kit, kit.source(), other, clause="DROP-3")) == state(kept),
         "a refused drop to destroy nothing",
         describe(kept),
         "a refused drop must not delete, unfreeze or re-version anything",
+        clause="DROP-3",
     )
     late = kit.rollout_id("late")
-    put(kit, "PUT-1", sink, kit.entries.entry(late))
-    before = freeze(kit, "FREEZE-1", source, late)
+    put(kit, sink, kit.entries.entry(late), clause="PUT-1")
+    before = freeze(kit, source, late, clause="FREEZE-1")
     if raises(kit.sink().put, kit.entries.entry(late)) is None:
         _expect(
-            "FENCE-1",
+            kit,
             kit.fence != "strict",
             "a put of a new call after freeze to raise (--tokcap-fence=strict)",
             "it was acked",
             "refuse writes to a frozen rollout",
+            clause="FENCE-1",
         )
-        after = freeze(kit, "FENCE-1", kit.source(), late)
+        after = freeze(kit, kit.source(), late, clause="FENCE-1")
         _expect(
-            "FENCE-1",
+            kit,
             after.version != before.version and len(after.entries) == 2,
             "a put after freeze to raise, or to be kept under a new version",
             f"before: {describe(before)}; after: {describe(after)}",
             "a relaxed fence bumps the version on every accepted write",
+            clause="FENCE-1",
         )
 
 
@@ -346,74 +363,81 @@ def _masking(kit: Kit) -> None:
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id("mask")
     entry = kit.entries.entry(rollout)
-    put(kit, "PUT-1", sink, entry)
-    mark(kit, "MASK-1", kit.sink(), rollout, "basic")
-    seen = freeze(kit, "MASK-1", kit.source(), rollout)
+    put(kit, sink, entry, clause="PUT-1")
+    mark(kit, kit.sink(), rollout, "basic", clause="MASK-1")
+    seen = freeze(kit, kit.source(), rollout, clause="MASK-1")
     _expect(
-        "MASK-1",
+        kit,
         seen.incomplete,
         "a fresh source to see the mark: incomplete=True",
         describe(seen),
         "mark_incomplete must be durable and visible before it returns",
+        clause="MASK-1",
     )
     _expect(
-        "MASK-5",
+        kit,
         seen.payloads() == sent([entry]),
         "the masked rollout to keep its entry",
         describe(seen),
         "masking keeps the evidence",
+        clause="MASK-5",
     )
     fresh = kit.rollout_id("mask-frozen")
-    put(kit, "PUT-1", sink, kit.entries.entry(fresh))
-    clean = freeze(kit, "FREEZE-1", source, fresh)
-    mark(kit, "MASK-3", kit.sink(), fresh, "after-freeze")
-    after = freeze(kit, "MASK-3", kit.source(), fresh)
+    put(kit, sink, kit.entries.entry(fresh), clause="PUT-1")
+    clean = freeze(kit, source, fresh, clause="FREEZE-1")
+    mark(kit, kit.sink(), fresh, "after-freeze", clause="MASK-3")
+    after = freeze(kit, kit.source(), fresh, clause="MASK-3")
     _expect(
-        "MASK-3",
+        kit,
         after.incomplete and after.version != clean.version,
         "a mark after freeze to show under a new version",
         f"before: {describe(clean)}; after: {describe(after)}",
         "a mark is a state change: bump the version",
+        clause="MASK-3",
     )
     stale = kit.rollout_id("mask-stale")
-    put(kit, "PUT-1", sink, kit.entries.entry(stale))
-    old = freeze(kit, "FREEZE-1", source, stale)
-    mark(kit, "DROP-4", kit.sink(), stale, "after-freeze")
+    put(kit, sink, kit.entries.entry(stale), clause="PUT-1")
+    old = freeze(kit, source, stale, clause="FREEZE-1")
+    mark(kit, kit.sink(), stale, "after-freeze", clause="DROP-4")
     _expect(
-        "DROP-4",
-        not drop(kit, "DROP-4", source, stale, old.snapshot_id, old.version),
+        kit,
+        not drop(kit, source, stale, old.snapshot_id, old.version, clause="DROP-4"),
         "drop of the snapshot taken before the mark to return False",
         "True",
         "drop must compare the current version, not the one frozen",
+        clause="DROP-4",
     )
-    mark(kit, "MASK-2", sink, rollout, "again")
+    mark(kit, sink, rollout, "again", clause="MASK-2")
     for _ in range(2):
-        again = freeze(kit, "MASK-2", source, rollout)
+        again = freeze(kit, source, rollout, clause="MASK-2")
         _expect(
-            "MASK-2",
+            kit,
             again.incomplete,
             "incomplete to stick over re-marks and freezes",
             describe(again),
             "never clear the incomplete flag",
+            clause="MASK-2",
         )
     _expect(
-        "MASK-5",
-        drop(kit, "MASK-5", source, rollout, again.snapshot_id, again.version),
+        kit,
+        drop(kit, source, rollout, again.snapshot_id, again.version, clause="MASK-5"),
         "a masked snapshot to drop with its exact id and version",
         "False",
         "a masked rollout is retired like any other",
+        clause="MASK-5",
     )
     later = kit.rollout_id("mask-late")
-    put(kit, "PUT-1", sink, kit.entries.entry(later))
-    mark(kit, "MASK-2", sink, later, "first")
-    put(kit, "MASK-2", sink, kit.entries.entry(later))
-    before = freeze(kit, "MASK-2", source, later)
+    put(kit, sink, kit.entries.entry(later), clause="PUT-1")
+    mark(kit, sink, later, "first", clause="MASK-2")
+    put(kit, sink, kit.entries.entry(later), clause="MASK-2")
+    before = freeze(kit, source, later, clause="MASK-2")
     _expect(
-        "MASK-2",
+        kit,
         before.incomplete,
         "a put after a mark to leave it incomplete",
         describe(before),
         "never clear the incomplete flag on a put",
+        clause="MASK-2",
     )
 
 
@@ -422,12 +446,12 @@ def _closing(kit: Kit) -> None:
     sink = kit.sink()
     rollout = kit.rollout_id("close")
     entry = kit.entries.entry(rollout)
-    put(kit, "PUT-1", sink, entry)
-    mark(kit, "MASK-1", sink, rollout, "closing")
+    put(kit, sink, entry, clause="PUT-1")
+    mark(kit, sink, rollout, "closing", clause="MASK-1")
     kit.run(sink.raw.close())
-    after = freeze(kit, "CLOSE-2", kit.source(), rollout)
+    after = freeze(kit, kit.source(), rollout)
     _expect(
-        "CLOSE-2",
+        kit,
         after.incomplete and after.payloads() == sent([entry]),
         "the entry and the mark acked before close to be there after it",
         describe(after),
@@ -454,11 +478,12 @@ def _spawned(kit: Kit) -> None:
     )
     (outcome,) = run_workers([plan], together=False)
     _expect(
-        "SPAWN-1",
+        kit,
         outcome.stage == "ok",
         "a sink built in a spawned worker to ack a put",
         kit.redact(f"{outcome.stage}: {outcome.error}"),
         "build from the target string and kwargs alone",
+        clause="SPAWN-1",
     )
     pair = run_workers(
         [
@@ -473,40 +498,45 @@ def _spawned(kit: Kit) -> None:
         together=True,
     )
     _expect(
-        "SPAWN-2",
+        kit,
         all(o.stage == "ok" for o in pair),
         "four workers constructing at the same moment to succeed",
         kit.redact("; ".join(f"{o.stage}: {o.error}" for o in pair)),
         "construction must not race on first-run setup",
+        clause="SPAWN-2",
     )
-    view = freeze(kit, "SPAWN-3", kit.source(), rollout)
+    view = freeze(kit, kit.source(), rollout, clause="SPAWN-3")
     _expect(
-        "SPAWN-3",
+        kit,
         view.payloads() == sent([entry]),
         "the worker's acked entry visible here",
         describe(view),
         "store records where every process reads them",
+        clause="SPAWN-3",
     )
     _expect(
-        "MASK-1",
-        freeze(kit, "MASK-1", kit.source(), marked).incomplete,
+        kit,
+        freeze(kit, kit.source(), marked, clause="MASK-1").incomplete,
         "the worker's mark visible here",
         "incomplete=False",
         "keep marks where every process reads them",
+        clause="MASK-1",
     )
 
 
-_BASICS: tuple[Callable[[Kit], None], ...] = (
-    _shapes,
-    _builds,
-    _visible_on_return,
-    _one_rollout,
-    _isolation,
-    _retire,
-    _masking,
-    _closing,
-    _spawned,
+_BASICS: tuple[tuple[Callable[[Kit], None], str | None], ...] = (
+    (_shapes, "SHAPE-1"),
+    (_builds, "BUILD-1"),
+    (_visible_on_return, "PUT-1"),
+    (_one_rollout, None),
+    (_isolation, None),
+    (_retire, None),
+    (_masking, None),
+    (_closing, "CLOSE-2"),
+    (_spawned, None),
 )
+"""Each basic, in the order they are tried, with the clause it judges throughout (its kit's
+clause), or None when it names the clause of every step."""
 
 
 def freeze_elsewhere(kit: Kit, rollout: str) -> SnapshotView | BaseException:

@@ -17,7 +17,7 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from conformance.deadline import Overrun, Refused, Watch, current_watch, operations_of
 from conformance.entries import EntryFactory, load_entry_class
@@ -28,18 +28,11 @@ from tokcap_spec.errors import EndpointError
 from tokcap_spec.protocols import TokenSink, TokenSource
 from tokcap_spec.redaction import redact
 
-__all__ = ["Endpoint", "Kit", "build_endpoint", "clause_of", "run_token"]
+__all__ = ["Endpoint", "Kit", "build_endpoint", "run_token"]
 
 T = TypeVar("T")
 
 _RUN_TOKEN = secrets.token_hex(4)
-_CLAUSE = re.compile(r"^(?:EXT-[A-Z]+|[A-Z]+)-\d+")
-
-
-def clause_of(check_id: str) -> str:
-    """Return the clause a check id such as ``PUT-1-durable-on-return`` judges."""
-    found = _CLAUSE.match(check_id)
-    return found.group(0) if found else check_id
 
 
 def run_token() -> str:
@@ -92,12 +85,18 @@ class Endpoint:
 
 
 class Kit:
-    """Everything one check needs; always :meth:`close` it."""
+    """Everything one check needs; always :meth:`close` it.
 
-    def __init__(self, settings: KitSettings, check_id: str) -> None:
+    ``clause`` is the clause the check judges: the one its steps and :meth:`fail` blame
+    unless told another. It is None for a check that judges no single clause; such a check
+    names the clause of every step.
+    """
+
+    def __init__(self, settings: KitSettings, check_id: str, clause: str | None = None) -> None:
         self.settings = settings
         self.check_id = check_id
-        self.watch = current_watch() or Watch(settings.timeout, clause_of(check_id))
+        self.clause = clause
+        self.watch = current_watch() or Watch(settings.timeout, clause or "")
         self.loop = asyncio.new_event_loop()
         self.watch.loop = self.loop
         self.random = random.Random(f"{settings.seed}:{check_id}")
@@ -114,6 +113,26 @@ class Kit:
     def claims(self, capability: str) -> bool:
         """Return whether the user declared ``capability`` for the target."""
         return self.settings.claims(capability)
+
+    def blame(self, clause: str | None = None) -> str:
+        """Return the clause a step serves: ``clause`` if named, else the check's own.
+
+        Raises TypeError when neither is known: that is a fault of the check, not the target.
+        """
+        if clause is not None:
+            return clause
+        if self.clause is None:
+            raise TypeError(
+                f"check {self.check_id} judges no single clause: name the clause this step serves"
+            )
+        return self.clause
+
+    def fail(
+        self, *, expected: str, observed: str, hint: str, clause: str | None = None
+    ) -> NoReturn:
+        """Raise the :class:`ClauseViolation` of ``clause``, by default the check's own."""
+        __tracebackhide__ = True
+        fail(self.blame(clause), expected=expected, observed=observed, hint=hint)
 
     def observe(self, key: str, value: str) -> None:
         """Record a fact about the target the report should carry (e.g. its fence)."""

@@ -50,7 +50,7 @@ def run_check(settings: KitSettings, check: Check) -> dict[str, str]:
     :class:`CheckSkipped` when the check does not apply.
     """
     __tracebackhide__ = True
-    kit = Kit(settings, check.id)
+    kit = Kit(settings, check.id, check.clause)
     violation: ClauseViolation | None = None
     try:
         check.function(kit)

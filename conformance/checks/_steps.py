@@ -1,8 +1,9 @@
-"""Steps many checks share: acting on an endpoint while naming the clause that step serves.
+"""Steps many checks share: acting on an endpoint on behalf of the clause that step serves.
 
 Each step turns an error the contract does not allow into a :class:`ClauseViolation` of the
-clause being checked, so every failure names a clause, whatever broke; the runner then tells
-whether a more basic clause explains it (:mod:`conformance.basics`).
+clause it serves, so every failure names a clause, whatever broke; the runner then tells
+whether a more basic clause explains it (:mod:`conformance.basics`). That clause is the
+check's own (``kit.clause``) unless the step is told another with ``clause=``.
 
 Snapshots are read only through the contract (:mod:`conformance.reading`): a step hands back
 a :class:`SnapshotView`, never the implementation's object.
@@ -52,28 +53,41 @@ def sent(entries: Iterable[Any]) -> dict[str, bytes]:
     return {view.model_call_id: view.payload for view in views}
 
 
-def put(kit: Kit, clause: str, sink: Endpoint, entry: Any) -> None:
-    """Put ``entry``; any error is a violation of ``clause``."""
+def put(kit: Kit, sink: Endpoint, entry: Any, *, clause: str | None = None) -> None:
+    """Put ``entry``; any error is a violation of ``clause`` (by default the check's own)."""
     __tracebackhide__ = True
+    blamed = kit.blame(clause)
     view = entry_view(entry)
     doing = f"put of call {view.model_call_id!r} into {view.rollout_id}"
-    _step(kit, clause, doing, sink.put, entry)
+    _step(kit, blamed, doing, sink.put, entry)
 
 
-def mark(kit: Kit, clause: str, sink: Endpoint, rollout_id: str, model_call_id: str = "") -> None:
-    """Mark ``rollout_id`` incomplete; any error is a violation of ``clause``."""
+def mark(
+    kit: Kit,
+    sink: Endpoint,
+    rollout_id: str,
+    model_call_id: str = "",
+    *,
+    clause: str | None = None,
+) -> None:
+    """Mark ``rollout_id`` incomplete; any error is a violation of ``clause`` (or the check's)."""
     __tracebackhide__ = True
+    blamed = kit.blame(clause)
     doing = f"mark_incomplete({rollout_id!r}, {model_call_id!r})"
-    _step(kit, clause, doing, sink.mark_incomplete, rollout_id, model_call_id)
+    _step(kit, blamed, doing, sink.mark_incomplete, rollout_id, model_call_id)
 
 
-def freeze(kit: Kit, clause: str, source: Endpoint, rollout_id: str) -> SnapshotView:
-    """Freeze ``rollout_id`` and read the snapshot through the contract; errors violate ``clause``.
+def freeze(
+    kit: Kit, source: Endpoint, rollout_id: str, *, clause: str | None = None
+) -> SnapshotView:
+    """Freeze ``rollout_id`` and read the snapshot through the contract.
 
-    A snapshot of the wrong shape violates SHAPE-1 or FREEZE-1, whatever the check.
+    An error violates ``clause`` (by default the check's own); a snapshot of the wrong shape
+    violates SHAPE-1 or FREEZE-1, whatever the check.
     """
     __tracebackhide__ = True
-    raw = _step(kit, clause, f"freeze({rollout_id!r})", source.freeze, rollout_id)
+    blamed = kit.blame(clause)
+    raw = _step(kit, blamed, f"freeze({rollout_id!r})", source.freeze, rollout_id)
     view = _read(raw)
     if view.rollout_id != rollout_id:
         fail(
@@ -106,14 +120,24 @@ def _read(raw: Any) -> SnapshotView:
 
 
 def drop(
-    kit: Kit, clause: str, source: Endpoint, rollout_id: str, snapshot_id: str, version: int
+    kit: Kit,
+    source: Endpoint,
+    rollout_id: str,
+    snapshot_id: str,
+    version: int,
+    *,
+    clause: str | None = None,
 ) -> bool:
-    """Drop with keyword arguments; a drop that cannot take them, or returns no bool, is SHAPE-2."""
+    """Drop with keyword arguments; an error violates ``clause`` (by default the check's own).
+
+    A drop that cannot take the keywords, or returns no bool, is SHAPE-2.
+    """
     __tracebackhide__ = True
+    blamed = kit.blame(clause)
     expect_drop_shape(source)
     result = _step(
         kit,
-        clause,
+        blamed,
         f"drop({rollout_id!r}, snapshot_id=..., version={version})",
         source.drop,
         rollout_id,
@@ -215,34 +239,41 @@ def describe(snapshot: SnapshotView) -> str:
 
 
 def expect_equal_snapshots(
-    clause: str, before: SnapshotView, after: SnapshotView, *, hint: str
+    kit: Kit,
+    before: SnapshotView,
+    after: SnapshotView,
+    *,
+    hint: str,
+    clause: str | None = None,
 ) -> None:
-    """Fail ``clause`` unless two snapshots assert exactly the same state."""
+    """Fail ``clause`` (by default the check's own) unless two snapshots assert the same state."""
     __tracebackhide__ = True
+    blamed = kit.blame(clause)
     if state(before) != state(after):
         fail(
-            clause,
+            blamed,
             expected=f"the same snapshot: {describe(before)}",
             observed=describe(after),
             hint=hint,
         )
 
 
-def run_property(kit: Kit, clause: str, test: Callable[[], None]) -> None:
-    """Run a Hypothesis property of ``clause`` with the run's seed.
+def run_property(kit: Kit, test: Callable[[], None], *, clause: str | None = None) -> None:
+    """Run a Hypothesis property of ``clause`` (by default the check's own) with the run's seed.
 
     An implementation that answers the same example two ways (it changed under the kit) makes
     Hypothesis report flakiness; that is the implementation's failure of ``clause``, never a
     fault of data generation.
     """
     __tracebackhide__ = True
+    blamed = kit.blame(clause)
     try:
         hypothesis.seed(kit.settings.seed)(test)()
     except Flaky as flaky:
         inner = [e for e in getattr(flaky, "exceptions", ()) if isinstance(e, ClauseViolation)]
         seen = inner[0].observed if inner else f"{type(flaky).__name__}"
         fail(
-            inner[0].clause if inner else clause,
+            inner[0].clause if inner else blamed,
             expected="the same outcome every time an example ran against the implementation",
             observed=f"an example failed once and passed when replayed: {seen}",
             hint="the implementation changed under the kit: ack a put only once the write is "

@@ -9,7 +9,6 @@ from typing import Any
 
 from conformance.context import Kit, build_endpoint
 from conformance.registry import check
-from conformance.violation import fail
 from conformance.workers import constructor
 from tokcap_spec.config import TokenIdCaptureConfig, TokenIdCaptureSettings
 from tokcap_spec.errors import EndpointError
@@ -28,8 +27,7 @@ def config_build_sink(kit: Kit) -> None:
     """TokenIdCaptureConfig.build_sink builds a new sink from the target and its kwargs."""
     kwargs = dict(kit.settings.sink_kwargs)
     if json.loads(json.dumps(kwargs)) != kwargs:
-        fail(
-            "BUILD-1",
+        kit.fail(
             expected="sink kwargs that are plain JSON data",
             observed=f"kwargs named {sorted(kwargs)} do not survive a JSON round trip",
             hint="pass only strings, numbers, booleans, lists and objects",
@@ -43,8 +41,7 @@ def config_build_sink(kit: Kit) -> None:
         with kit.watch.call([constructor(kit.settings.sink)]):
             first, second = config.build_sink(), config.build_sink()
     except EndpointError as exc:
-        fail(
-            "BUILD-1",
+        kit.fail(
             expected=f"build_sink() to build {kit.settings.sink}",
             observed=kit.redact(str(exc)),
             hint="the target must import and accept its kwargs",
@@ -54,15 +51,13 @@ def config_build_sink(kit: Kit) -> None:
     try:
         expected_type = _resolve(kit.settings.sink)
         if first is second:
-            fail(
-                "BUILD-1",
+            kit.fail(
                 expected="each build_sink() call to return a new instance",
                 observed="the same object twice",
                 hint="every serving process builds its own sink; do not cache instances",
             )
         if isinstance(expected_type, type) and not isinstance(first, expected_type):
-            fail(
-                "BUILD-1",
+            kit.fail(
                 expected=f"an instance of {kit.settings.sink}",
                 observed=type(first).__qualname__,
                 hint="the target names the class to build",
@@ -83,8 +78,7 @@ def unknown_kwarg_secret(kit: Kit) -> None:
     except Exception as exc:
         text = f"{exc!s} {exc!r}"
         if canary in text:
-            fail(
-                "BUILD-2",
+            kit.fail(
                 expected="a construction error that names kwargs, not their values",
                 observed=f"{type(exc).__name__} text contains the value passed as "
                 "'tokcap_unknown_option'",
@@ -97,8 +91,7 @@ def unknown_kwarg_secret(kit: Kit) -> None:
             endpoint = build_endpoint(kit.settings.sink, kwargs, "sink")
     except EndpointError as exc:
         if canary in str(exc) or kit.settings.sink not in str(exc):
-            fail(
-                "BUILD-2",
+            kit.fail(
                 expected="an error naming the target and not the kwarg values",
                 observed=kit.redact(str(exc)).replace(canary, "<canary>"),
                 hint="errors should say which target and which kwarg names were refused",

@@ -5,7 +5,6 @@ from __future__ import annotations
 from conformance.checks._steps import describe, freeze, mark, payloads, put, raises, sent
 from conformance.context import Kit
 from conformance.registry import check
-from conformance.violation import fail
 
 
 @check("CLOSE-1", "idempotent")
@@ -15,8 +14,7 @@ def idempotent(kit: Kit) -> None:
         for attempt in ("first", "second"):
             error = raises(endpoint.close)
             if error is not None:
-                fail(
-                    "CLOSE-1",
+                kit.fail(
                     expected=f"the {attempt} {endpoint.role}.close() to succeed",
                     observed=kit.redact(f"{type(error).__name__}: {error}"),
                     hint="make close() a no-op once closed",
@@ -30,21 +28,19 @@ def loses_nothing(kit: Kit) -> None:
     rollout = kit.rollout_id()
     entries = [kit.entries.entry(rollout) for _ in range(5)]
     for entry in entries:
-        put(kit, "CLOSE-2", sink, entry)
-    mark(kit, "CLOSE-2", sink, rollout, "closing")
+        put(kit, sink, entry)
+    mark(kit, sink, rollout, "closing")
     error = raises(sink.close)
     if error is not None:
-        fail(
-            "CLOSE-2",
+        kit.fail(
             expected="close() to succeed",
             observed=f"{type(error).__name__}",
             hint="see CLOSE-1",
         )
-    snapshot = freeze(kit, "CLOSE-2", kit.source(), rollout)
+    snapshot = freeze(kit, kit.source(), rollout)
     expected = sent(entries)
     if payloads(snapshot) != expected or not snapshot.incomplete:
-        fail(
-            "CLOSE-2",
+        kit.fail(
             expected=f"all {len(entries)} entries and the mark after close",
             observed=describe(snapshot),
             hint="every ack must already be durable when close runs",

@@ -22,7 +22,7 @@ from conformance.history.timeline import write_timeline
 from conformance.profiles import Budget, budget
 from conformance.reading import entry_view
 from conformance.registry import check
-from conformance.violation import NotClaimed, fail
+from conformance.violation import NotClaimed
 
 PROCESS_LOCAL = "the target declares process-local: it does not claim to serve spawned workers"
 
@@ -63,11 +63,11 @@ def _settle(kit: Kit, recorder: Recorder, rollouts: list[str]) -> None:
         kit.run(recorder.freeze(sources[1].raw, rollout))
 
 
-def _judge(kit: Kit, clause: str, events: list[Event], problems: list[str], plan: Budget) -> None:
-    """Fail ``clause`` when a lane went wrong or the history has no legal order."""
+def _judge(kit: Kit, events: list[Event], problems: list[str], plan: Budget) -> None:
+    """Fail the check's clause when a lane went wrong or the history has no legal order."""
+    clause = kit.blame()
     if problems:
-        fail(
-            clause,
+        kit.fail(
             expected="every spawned worker to build its endpoints and finish its operations",
             observed=kit.redact("; ".join(problems)),
             hint="a worker builds from the target string and kwargs alone; a hang is a deadlock "
@@ -88,8 +88,7 @@ def _judge(kit: Kit, clause: str, events: list[Event], problems: list[str], plan
     # Under concurrency which promise gave way first depends on the interleaving; the check's
     # own clause is the stable verdict, and a promise one process can break is a basic that
     # blocks this check instead (conformance.basics).
-    fail(
-        clause,
+    kit.fail(
         expected=f"a history some sequential order of the contract explains (first anomaly "
         f"against {first.clause})",
         observed=kit.redact(
@@ -210,7 +209,7 @@ def cut_under_writes(kit: Kit) -> None:
     _freeze_together(kit, recorder, [kit.source(), kit.source()], share)
     events, problems = workload.finish()
     _settle(kit, recorder, [share, *rounds, *races])
-    _judge(kit, "FREEZE-5", events + recorder.events, problems, plan)
+    _judge(kit, events + recorder.events, problems, plan)
 
 
 @check("SPAWN-4", "one-and-many-rollouts", covers=("SPAWN-3", "FREEZE-2", "PUT-5"))
@@ -241,4 +240,4 @@ def one_and_many_rollouts(kit: Kit) -> None:
     source = kit.source()
     for rollout in [share, *own]:
         kit.run(recorder.freeze(source.raw, rollout))
-    _judge(kit, "SPAWN-4", events + recorder.events, problems, plan)
+    _judge(kit, events + recorder.events, problems, plan)

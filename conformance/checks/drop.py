@@ -9,20 +9,19 @@ from conformance.registry import check
 from conformance.violation import fail
 
 
-def _frozen(kit: Kit, clause: str, entries: int = 2) -> tuple[Endpoint, str, SnapshotView]:
+def _frozen(kit: Kit, entries: int = 2) -> tuple[Endpoint, str, SnapshotView]:
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     for _ in range(entries):
-        put(kit, clause, sink, kit.entries.entry(rollout))
-    return source, rollout, freeze(kit, clause, source, rollout)
+        put(kit, sink, kit.entries.entry(rollout))
+    return source, rollout, freeze(kit, source, rollout)
 
 
 def _expect_refused(
-    kit: Kit, clause: str, source: Endpoint, rollout: str, snapshot_id: str, version: int, why: str
+    kit: Kit, source: Endpoint, rollout: str, snapshot_id: str, version: int, why: str
 ) -> None:
-    if drop(kit, clause, source, rollout, snapshot_id, version):
-        fail(
-            clause,
+    if drop(kit, source, rollout, snapshot_id, version):
+        kit.fail(
             expected=f"drop to return False for {why}",
             observed="True",
             hint="retire only when both snapshot_id and version equal the current frozen state",
@@ -32,10 +31,9 @@ def _expect_refused(
 @check("DROP-1", "exact-snapshot")
 def exact_snapshot(kit: Kit) -> None:
     """Drop with the exact snapshot_id and version of the frozen state returns True."""
-    _, rollout, snapshot = _frozen(kit, "DROP-1")
-    if not drop(kit, "DROP-1", kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
-        fail(
-            "DROP-1",
+    _, rollout, snapshot = _frozen(kit)
+    if not drop(kit, kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
+        kit.fail(
             expected="True for the exact current snapshot",
             observed=f"False for {describe(snapshot)}",
             hint="compare the stored frozen snapshot_id and version, from any instance",
@@ -45,12 +43,11 @@ def exact_snapshot(kit: Kit) -> None:
 @check("DROP-2", "wrong-snapshot-id")
 def wrong_snapshot_id(kit: Kit) -> None:
     """Drop with another snapshot_id and the right version returns False."""
-    source, rollout, snapshot = _frozen(kit, "DROP-2")
+    source, rollout, snapshot = _frozen(kit)
     for other in (snapshot.snapshot_id + "x", "", snapshot.snapshot_id.upper() + "-other"):
         if other != snapshot.snapshot_id:
             _expect_refused(
                 kit,
-                "DROP-2",
                 source,
                 rollout,
                 other,
@@ -62,11 +59,10 @@ def wrong_snapshot_id(kit: Kit) -> None:
 @check("DROP-2", "stale-version")
 def stale_version(kit: Kit) -> None:
     """Drop with the right snapshot_id and a version off by any amount returns False."""
-    source, rollout, snapshot = _frozen(kit, "DROP-2")
+    source, rollout, snapshot = _frozen(kit)
     for delta in (1, -1, 2, 1000, -(snapshot.version + 5)):
         _expect_refused(
             kit,
-            "DROP-2",
             source,
             rollout,
             snapshot.snapshot_id,
@@ -80,11 +76,10 @@ def unfrozen_rollout(kit: Kit) -> None:
     """Drop of a rollout that was written but never frozen returns False."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
-    put(kit, "DROP-2", sink, kit.entries.entry(rollout))
+    put(kit, sink, kit.entries.entry(rollout))
     for version in (0, 1, 2):
         _expect_refused(
             kit,
-            "DROP-2",
             source,
             rollout,
             "never-frozen",
@@ -96,20 +91,18 @@ def unfrozen_rollout(kit: Kit) -> None:
 @check("DROP-2", "unknown-rollout")
 def unknown_rollout(kit: Kit) -> None:
     """Drop of a rollout that never existed returns False."""
-    _expect_refused(
-        kit, "DROP-2", kit.source(), kit.rollout_id("unknown"), "any", 0, "an unknown rollout"
-    )
+    _expect_refused(kit, kit.source(), kit.rollout_id("unknown"), "any", 0, "an unknown rollout")
 
 
 @check("DROP-3", "refusal-destroys-nothing")
 def refusal_destroys_nothing(kit: Kit) -> None:
     """After refused drops, the next freeze returns the same evidence and can still drop."""
-    source, rollout, snapshot = _frozen(kit, "DROP-3", entries=3)
+    source, rollout, snapshot = _frozen(kit, entries=3)
     for snapshot_id, version in (
         (snapshot.snapshot_id, snapshot.version + 1),
         (snapshot.snapshot_id + "x", snapshot.version),
     ):
-        if drop(kit, "DROP-3", source, rollout, snapshot_id, version):
+        if drop(kit, source, rollout, snapshot_id, version):
             fail(
                 "DROP-2",
                 expected=f"drop to return False for ({snapshot_id!r}, {version}) "
@@ -117,16 +110,15 @@ def refusal_destroys_nothing(kit: Kit) -> None:
                 observed="True",
                 hint="retire only when both snapshot_id and version equal the current frozen state",
             )
-    again = freeze(kit, "DROP-3", kit.source(), rollout)
+    again = freeze(kit, kit.source(), rollout)
     expect_equal_snapshots(
-        "DROP-3",
+        kit,
         snapshot,
         again,
         hint="a refused drop must not delete, unfreeze or re-version anything",
     )
-    if not drop(kit, "DROP-3", source, rollout, snapshot.snapshot_id, snapshot.version):
-        fail(
-            "DROP-3",
+    if not drop(kit, source, rollout, snapshot.snapshot_id, snapshot.version):
+        kit.fail(
             expected="the exact snapshot to still drop after refused attempts",
             observed="False",
             hint="a refused drop must leave the rollout as it was",
@@ -136,21 +128,19 @@ def refusal_destroys_nothing(kit: Kit) -> None:
 @check("DROP-4", "mark-after-freeze")
 def mark_after_freeze(kit: Kit) -> None:
     """A mark_incomplete after freeze makes the old snapshot's drop return False."""
-    source, rollout, snapshot = _frozen(kit, "DROP-4")
-    mark(kit, "DROP-4", kit.sink(), rollout, "late-failure")
+    source, rollout, snapshot = _frozen(kit)
+    mark(kit, kit.sink(), rollout, "late-failure")
     _expect_refused(
         kit,
-        "DROP-4",
         source,
         rollout,
         snapshot.snapshot_id,
         snapshot.version,
         "a snapshot taken before a mark_incomplete",
     )
-    current = freeze(kit, "DROP-4", source, rollout)
+    current = freeze(kit, source, rollout)
     if not current.incomplete:
-        fail(
-            "DROP-4",
+        kit.fail(
             expected="the new snapshot to be incomplete",
             observed=describe(current),
             hint="see MASK-3",
@@ -160,9 +150,9 @@ def mark_after_freeze(kit: Kit) -> None:
 @check("DROP-5", "delete-semantics")
 def delete_semantics(kit: Kit) -> None:
     """After a successful drop the records are gone, unless the target declares no-delete."""
-    source, rollout, snapshot = _frozen(kit, "DROP-5")
-    if not drop(kit, "DROP-5", source, rollout, snapshot.snapshot_id, snapshot.version):
-        fail("DROP-5", expected="True for the exact snapshot", observed="False", hint="see DROP-1")
+    source, rollout, snapshot = _frozen(kit)
+    if not drop(kit, source, rollout, snapshot.snapshot_id, snapshot.version):
+        kit.fail(expected="True for the exact snapshot", observed="False", hint="see DROP-1")
     try:
         after: SnapshotView | None = read_snapshot(kit.source().freeze(rollout))
     except Exception:
@@ -170,16 +160,14 @@ def delete_semantics(kit: Kit) -> None:
     kept = after is not None and bool(after.entries)
     if kit.claims("no-delete"):
         if not kept:
-            fail(
-                "DROP-5",
+            kit.fail(
                 expected="the records to still freeze after drop (no-delete declared)",
                 observed="they were gone",
                 hint="a transport that cannot delete keeps the records readable",
             )
     elif kept:
         assert after is not None
-        fail(
-            "DROP-5",
+        kit.fail(
             expected="the dropped records to be gone",
             observed=f"freeze after drop returned {describe(after)}",
             hint="delete on drop, or declare --tokcap-capability=no-delete",

@@ -6,7 +6,7 @@ from conformance.checks._steps import call_of, describe, freeze, payloads, put, 
 from conformance.context import Endpoint, Kit
 from conformance.entries import ODD_CALL_IDS
 from conformance.registry import check
-from conformance.violation import ExtensionMissing, fail
+from conformance.violation import ExtensionMissing
 
 
 def _require(endpoint: Endpoint, *names: str) -> None:
@@ -25,25 +25,22 @@ def intents(kit: Kit) -> None:
         kit.run(sink.raw.begin_call(matched, call))
         put(
             kit,
-            "EXT-BEGIN-1",
             sink,
             kit.entries.entry(matched, call, prompt_len=2, generation_len=1),
         )
-    snapshot = freeze(kit, "EXT-BEGIN-1", kit.source(), matched)
+    snapshot = freeze(kit, kit.source(), matched)
     if snapshot.incomplete:
-        fail(
-            "EXT-BEGIN-1",
+        kit.fail(
             expected="intents matched by their entries to leave it clean",
             observed=describe(snapshot),
             hint="match intents to entries by exact call id",
         )
     dangling = kit.rollout_id("dangling")
-    put(kit, "EXT-BEGIN-1", sink, kit.entries.entry(dangling, "done"))
+    put(kit, sink, kit.entries.entry(dangling, "done"))
     kit.run(sink.raw.begin_call(dangling, "never-finished\nid"))
-    snapshot = freeze(kit, "EXT-BEGIN-1", kit.source(), dangling)
+    snapshot = freeze(kit, kit.source(), dangling)
     if not snapshot.incomplete:
-        fail(
-            "EXT-BEGIN-1",
+        kit.fail(
             expected="an intent with no entry to make the snapshot incomplete",
             observed=describe(snapshot),
             hint="a call that began and never put lost its tokens",
@@ -57,40 +54,36 @@ def retire_and_delete(kit: Kit) -> None:
     _require(source, "retire", "delete")
     frozen, written, unknown = (kit.rollout_id(label) for label in ("frozen", "written", "unknown"))
     for rollout in (frozen, written):
-        put(kit, "EXT-RETIRE-1", sink, kit.entries.entry(rollout))
-    freeze(kit, "EXT-RETIRE-1", source, frozen)
+        put(kit, sink, kit.entries.entry(rollout))
+    freeze(kit, source, frozen)
     ids = [frozen, written, unknown]
     for attempt in ("first", "repeated"):
         error = raises(source.retire, ids)
         if error is not None:
-            fail(
-                "EXT-RETIRE-1",
+            kit.fail(
                 expected=f"the {attempt} retire to succeed",
                 observed=kit.redact(f"{type(error).__name__}: {error}"),
                 hint="retire works whatever the state, and repeating it is a no-op",
             )
     for rollout in ids:
         if raises(kit.sink().put, kit.entries.entry(rollout)) is None:
-            fail(
-                "EXT-RETIRE-1",
+            kit.fail(
                 expected=f"a put into retired {rollout!r} to raise",
                 observed="the put was acked",
                 hint="retire fences the rollout",
             )
     error = raises(source.delete, [frozen])
     if error is not None:
-        fail(
-            "EXT-RETIRE-1",
+        kit.fail(
             expected="delete to succeed",
             observed=kit.redact(f"{type(error).__name__}: {error}"),
             hint="delete removes fences",
         )
     reused = kit.entries.entry(frozen)
-    put(kit, "EXT-RETIRE-1", kit.sink(), reused)
-    snapshot = freeze(kit, "EXT-RETIRE-1", kit.source(), frozen)
+    put(kit, kit.sink(), reused)
+    snapshot = freeze(kit, kit.source(), frozen)
     if list(payloads(snapshot)) != [call_of(reused)] or snapshot.incomplete:
-        fail(
-            "EXT-RETIRE-1",
+        kit.fail(
             expected="a deleted id to start again from nothing",
             observed=describe(snapshot),
             hint="delete removes the records and the tombstone",

@@ -5,7 +5,6 @@ from __future__ import annotations
 from conformance.checks._steps import describe, expect_equal_snapshots, freeze, put
 from conformance.context import Kit
 from conformance.registry import check
-from conformance.violation import fail
 
 
 @check("FREEZE-1", "snapshot-identity")
@@ -16,8 +15,8 @@ def snapshot_identity(kit: Kit) -> None:
     """
     sink = kit.sink()
     rollout = kit.rollout_id()
-    put(kit, "FREEZE-1", sink, kit.entries.entry(rollout))
-    freeze(kit, "FREEZE-1", kit.source(), rollout)
+    put(kit, sink, kit.entries.entry(rollout))
+    freeze(kit, kit.source(), rollout)
 
 
 @check("FREEZE-2", "idempotent")
@@ -26,14 +25,14 @@ def idempotent(kit: Kit) -> None:
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     for _ in range(3):
-        put(kit, "FREEZE-2", sink, kit.entries.entry(rollout))
-    first = freeze(kit, "FREEZE-2", source, rollout)
+        put(kit, sink, kit.entries.entry(rollout))
+    first = freeze(kit, source, rollout)
     hint = "a freeze with no write in between must not mint a new snapshot_id or version"
-    expect_equal_snapshots("FREEZE-2", first, freeze(kit, "FREEZE-2", source, rollout), hint=hint)
+    expect_equal_snapshots(kit, first, freeze(kit, source, rollout), hint=hint)
     expect_equal_snapshots(
-        "FREEZE-2",
+        kit,
         first,
-        freeze(kit, "FREEZE-2", kit.source(), rollout),
+        freeze(kit, kit.source(), rollout),
         hint=hint + "; keep the frozen state where every instance reads it",
     )
 
@@ -45,12 +44,11 @@ def unique_per_call(kit: Kit) -> None:
     rollout = kit.rollout_id()
     entries = [kit.entries.entry(rollout, prompt_len=4, generation_len=2) for _ in range(4)]
     for entry in [*entries, *reversed(entries), entries[0]]:
-        put(kit, "FREEZE-3", sink, entry)
-    snapshot = freeze(kit, "FREEZE-3", kit.source(), rollout)
+        put(kit, sink, entry)
+    snapshot = freeze(kit, kit.source(), rollout)
     calls = [entry.model_call_id for entry in snapshot.entries]
     if sorted(calls) != sorted(entry.model_call_id for entry in entries):
-        fail(
-            "FREEZE-3",
+        kit.fail(
             expected=f"{len(entries)} entries, one per call id",
             observed=describe(snapshot),
             hint="key entries by model_call_id, not by arrival",
@@ -60,10 +58,9 @@ def unique_per_call(kit: Kit) -> None:
 @check("FREEZE-4", "never-written")
 def never_written(kit: Kit) -> None:
     """Freezing a rollout that never saw a write returns an empty, clean snapshot."""
-    snapshot = freeze(kit, "FREEZE-4", kit.source(), kit.rollout_id("empty"))
+    snapshot = freeze(kit, kit.source(), kit.rollout_id("empty"))
     if snapshot.entries or snapshot.incomplete:
-        fail(
-            "FREEZE-4",
+        kit.fail(
             expected="no entries and incomplete=False",
             observed=describe(snapshot),
             hint="an unknown rollout is empty and clean, not an error",

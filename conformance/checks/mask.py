@@ -11,21 +11,20 @@ from conformance.violation import ClauseViolation, NotClaimed, fail
 from conformance.workers import Operation, WorkerPlan, run_workers
 
 
-def _expect_incomplete(kit: Kit, clause: str, rollout: str, why: str, hint: str) -> None:
-    snapshot = freeze(kit, clause, kit.source(), rollout)
+def _expect_incomplete(kit: Kit, rollout: str, why: str, hint: str) -> None:
+    snapshot = freeze(kit, kit.source(), rollout)
     if not snapshot.incomplete:
-        fail(clause, expected=f"incomplete=True {why}", observed=describe(snapshot), hint=hint)
+        kit.fail(expected=f"incomplete=True {why}", observed=describe(snapshot), hint=hint)
 
 
 @check("MASK-1", "fresh-instance")
 def fresh_instance(kit: Kit) -> None:
     """A mark is seen by a fresh source instance in this process."""
     rollout = kit.rollout_id()
-    put(kit, "MASK-1", kit.sink(), kit.entries.entry(rollout))
-    mark(kit, "MASK-1", kit.sink(), rollout, "failed-call")
+    put(kit, kit.sink(), kit.entries.entry(rollout))
+    mark(kit, kit.sink(), rollout, "failed-call")
     _expect_incomplete(
         kit,
-        "MASK-1",
         rollout,
         "after mark_incomplete",
         "mark_incomplete must be durable before it returns",
@@ -45,15 +44,13 @@ def other_process(kit: Kit) -> None:
     )
     outcome = run_workers([plan], together=False)[0]
     if outcome.stage != "ok":
-        fail(
-            "MASK-1",
+        kit.fail(
             expected="a spawned worker's mark_incomplete to be acked",
             observed=kit.redact(f"{outcome.stage}: {outcome.error}"),
             hint="build the sink from the target and kwargs alone",
         )
     _expect_incomplete(
         kit,
-        "MASK-1",
         rollout,
         "after a mark in another process",
         "keep marks where every process reads them",
@@ -66,18 +63,15 @@ def sticky(kit: Kit) -> None:
     sink = kit.sink()
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
-    put(kit, "MASK-2", sink, entry)
-    mark(kit, "MASK-2", sink, rollout, "failed-call")
-    put(kit, "MASK-2", sink, kit.entries.entry(rollout))
-    put(kit, "MASK-2", sink, entry)
-    _expect_incomplete(
-        kit, "MASK-2", rollout, "after later puts", "never clear the incomplete flag on a put"
-    )
-    mark(kit, "MASK-2", sink, rollout, "failed-again")
+    put(kit, sink, entry)
+    mark(kit, sink, rollout, "failed-call")
+    put(kit, sink, kit.entries.entry(rollout))
+    put(kit, sink, entry)
+    _expect_incomplete(kit, rollout, "after later puts", "never clear the incomplete flag on a put")
+    mark(kit, sink, rollout, "failed-again")
     raises(sink.put, entry)
     _expect_incomplete(
         kit,
-        "MASK-2",
         rollout,
         "after freeze and re-mark",
         "never clear the incomplete flag on freeze or re-mark",
@@ -89,13 +83,12 @@ def after_freeze(kit: Kit) -> None:
     """A mark after freeze is accepted and changes the version."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
-    put(kit, "MASK-3", sink, kit.entries.entry(rollout))
-    before = freeze(kit, "MASK-3", source, rollout)
-    mark(kit, "MASK-3", sink, rollout, "late")
-    after = freeze(kit, "MASK-3", kit.source(), rollout)
+    put(kit, sink, kit.entries.entry(rollout))
+    before = freeze(kit, source, rollout)
+    mark(kit, sink, rollout, "late")
+    after = freeze(kit, kit.source(), rollout)
     if not after.incomplete or after.version == before.version:
-        fail(
-            "MASK-3",
+        kit.fail(
             expected="incomplete=True under a new version",
             observed=f"before: {describe(before)}; after: {describe(after)}",
             hint="a mark is a state change: record it after freeze and bump the version",
@@ -108,11 +101,10 @@ def conflict_masks(kit: Kit) -> None:
     sink = kit.sink()
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
-    put(kit, "MASK-4", sink, entry)
+    put(kit, sink, entry)
     if raises(kit.sink().put, kit.entries.variant(entry)) is None:
         _expect_incomplete(
             kit,
-            "MASK-4",
             rollout,
             "after an unrefused conflicting re-put",
             "mark the rollout incomplete when a call id comes back changed",
@@ -126,14 +118,13 @@ def keeps_evidence(kit: Kit) -> None:
     rollout = kit.rollout_id()
     entries = [kit.entries.entry(rollout) for _ in range(3)]
     for entry in entries:
-        put(kit, "MASK-5", sink, entry)
-    mark(kit, "MASK-5", sink, rollout, "failed")
+        put(kit, sink, entry)
+    mark(kit, sink, rollout, "failed")
     expected = sent(entries)
     for endpoint in (source, source, kit.source()):
-        snapshot = freeze(kit, "MASK-5", endpoint, rollout)
+        snapshot = freeze(kit, endpoint, rollout)
         if payloads(snapshot) != expected:
-            fail(
-                "MASK-5",
+            kit.fail(
                 expected=f"all {len(entries)} entries of the masked rollout",
                 observed=describe(snapshot),
                 hint="masking keeps the evidence; only a consumer's drop removes it",
@@ -145,10 +136,9 @@ def keeps_evidence(kit: Kit) -> None:
                 observed=describe(snapshot),
                 hint="never clear the incomplete flag on freeze",
             )
-    current = freeze(kit, "MASK-5", source, rollout)
-    if not drop(kit, "MASK-5", source, rollout, current.snapshot_id, current.version):
-        fail(
-            "MASK-5",
+    current = freeze(kit, source, rollout)
+    if not drop(kit, source, rollout, current.snapshot_id, current.version):
+        kit.fail(
             expected="the masked snapshot to drop with its exact id and version",
             observed="False",
             hint="a masked rollout is retired like any other",
@@ -160,9 +150,9 @@ def after_drop(kit: Kit) -> None:
     """A mark on a dropped rollout may raise or return, but no later freeze comes back clean."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
-    put(kit, "MASK-6", sink, kit.entries.entry(rollout))
-    snapshot = freeze(kit, "MASK-6", source, rollout)
-    if not drop(kit, "MASK-6", source, rollout, snapshot.snapshot_id, snapshot.version):
+    put(kit, sink, kit.entries.entry(rollout))
+    snapshot = freeze(kit, source, rollout)
+    if not drop(kit, source, rollout, snapshot.snapshot_id, snapshot.version):
         fail(
             "DROP-1",
             expected="the exact snapshot to drop",
@@ -184,8 +174,7 @@ def after_drop(kit: Kit) -> None:
             hint="delete on drop, or declare --tokcap-capability=no-delete",
         )
     if not later.incomplete:
-        fail(
-            "MASK-6",
+        kit.fail(
             expected="a freeze after drop and mark to raise or to be incomplete",
             observed=describe(later),
             hint="keep a dropped rollout retired: refuse the mark, or keep it and show it",
@@ -198,10 +187,9 @@ def any_call_id(kit: Kit) -> None:
     sink = kit.sink()
     for call in ("", *ODD_CALL_IDS):
         rollout = kit.rollout_id()
-        mark(kit, "MASK-6", sink, rollout, call)
+        mark(kit, sink, rollout, call)
         _expect_incomplete(
             kit,
-            "MASK-6",
             rollout,
             f"after mark_incomplete with {call[:30]!r}",
             "accept any call id string, empty included",

@@ -27,7 +27,6 @@ from conformance.entries import ODD_CALL_IDS
 from conformance.reading import SnapshotView, Unreadable, entry_view
 from conformance.registry import check
 from conformance.strategies import model_call_ids, token_entry_fields
-from conformance.violation import fail
 
 
 def _differences(sent_fields: dict[str, Any], got_fields: dict[str, Any]) -> list[str]:
@@ -43,20 +42,18 @@ def _canonical(value: object) -> str:
     return json.dumps(value, sort_keys=True, allow_nan=True, default=repr)
 
 
-def _expect_round_trip(clause: str, entry: Any, snapshot: SnapshotView) -> None:
+def _expect_round_trip(kit: Kit, entry: Any, snapshot: SnapshotView) -> None:
     __tracebackhide__ = True
     want = entry_view(entry)
     got = snapshot.entry_for(want.model_call_id)
     if got is None:
-        fail(
-            clause,
+        kit.fail(
             expected=f"call {want.model_call_id!r} in the snapshot",
             observed=f"calls {sorted(payloads(snapshot))!r}"[:400],
             hint="keep model_call_id exactly as given: any non-empty string",
         )
     if got.payload != want.payload:
-        fail(
-            clause,
+        kit.fail(
             expected="the frozen entry equal to the entry put, field by field, floats bit for bit",
             observed="fields differ: "
             + ", ".join(_differences(dict(want.fields), dict(got.fields))),
@@ -92,7 +89,7 @@ def durable_on_return(kit: Kit) -> None:
     for attempt in range(_ATTEMPTS):
         rollout = kit.rollout_id()
         entry = kit.entries.entry(rollout)
-        put(kit, "PUT-1", sink, entry)
+        put(kit, sink, entry)
         seen = freeze_elsewhere(kit, rollout)
         if isinstance(seen, Unreadable):
             raise seen
@@ -103,8 +100,7 @@ def durable_on_return(kit: Kit) -> None:
             if isinstance(seen, SnapshotView)
             else kit.redact(f"the fresh source's freeze raised {type(seen).__name__}: {seen}")
         )
-        fail(
-            "PUT-1",
+        kit.fail(
             expected=f"call {call_of(entry)!r} visible to a fresh source as soon as put returned "
             f"(attempt {attempt + 1})",
             observed=observed,
@@ -119,8 +115,8 @@ def exact_round_trip(kit: Kit) -> None:
     sink, source = kit.sink(), kit.source()
     big = kit.entries.hazardous(kit.rollout_id("big"), prompt_len=8192, generation_len=2048)
     rollout = entry_view(big).rollout_id
-    put(kit, "PUT-2", sink, big)
-    _expect_round_trip("PUT-2", big, freeze(kit, "PUT-2", source, rollout))
+    put(kit, sink, big)
+    _expect_round_trip(kit, big, freeze(kit, source, rollout))
     plain_calls = st.integers(0, 2**20).map(lambda n: f"gen-{n}")
 
     @_property_settings(20)
@@ -128,10 +124,10 @@ def exact_round_trip(kit: Kit) -> None:
     def round_trip(data: st.DataObject) -> None:
         target = kit.rollout_id("gen")
         entry = kit.entries.build(**data.draw(token_entry_fields(target, plain_calls)))
-        put(kit, "PUT-2", sink, entry)
-        _expect_round_trip("PUT-2", entry, freeze(kit, "PUT-2", kit.source(), target))
+        put(kit, sink, entry)
+        _expect_round_trip(kit, entry, freeze(kit, kit.source(), target))
 
-    run_property(kit, "PUT-2", round_trip)
+    run_property(kit, round_trip)
 
 
 @check("PUT-3", "identical-reput")
@@ -141,27 +137,25 @@ def identical_reput(kit: Kit) -> None:
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
     for endpoint in (sink, sink, kit.sink()):
-        put(kit, "PUT-3", endpoint, entry)
-    snapshot = freeze(kit, "PUT-3", kit.source(), rollout)
+        put(kit, endpoint, entry)
+    snapshot = freeze(kit, kit.source(), rollout)
     if len(snapshot.entries) != 1 or snapshot.incomplete:
-        fail(
-            "PUT-3",
+        kit.fail(
             expected="one entry, incomplete=False after three identical puts",
             observed=describe(snapshot),
             hint="compare payloads: an identical re-put is a no-op, not a new entry or a conflict",
         )
     raises(kit.sink().put, entry)
-    again = freeze(kit, "PUT-3", kit.source(), rollout)
+    again = freeze(kit, kit.source(), rollout)
     expect_equal_snapshots(
-        "PUT-3",
+        kit,
         snapshot,
         again,
         hint="after freeze an identical re-put may raise or be a no-op, but it must change "
         "nothing: no new version, no mark",
     )
-    if not drop(kit, "PUT-3", kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
-        fail(
-            "PUT-3",
+    if not drop(kit, kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
+        kit.fail(
             expected="the snapshot taken before the identical re-put to drop",
             observed="False",
             hint="an identical re-put after freeze must not move the version",
@@ -174,17 +168,16 @@ def conflicting_reput(kit: Kit) -> None:
     sink = kit.sink()
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
-    put(kit, "PUT-4", sink, entry)
+    put(kit, sink, entry)
     error = raises(sink.put, kit.entries.variant(entry))
-    snapshot = freeze(kit, "PUT-4", kit.source(), rollout)
+    snapshot = freeze(kit, kit.source(), rollout)
     if error is None and not snapshot.incomplete:
         kept = (
             "the new payload"
             if payloads(snapshot).get(call_of(entry)) != sent([entry])[call_of(entry)]
             else "the first payload"
         )
-        fail(
-            "PUT-4",
+        kit.fail(
             expected="the conflicting put to raise, or the rollout to freeze incomplete",
             observed=f"no error and a clean snapshot keeping {kept}: {describe(snapshot)}",
             hint="fail closed: a reused model_call_id with different tokens is lost evidence",
@@ -199,33 +192,31 @@ def rollout_isolation(kit: Kit) -> None:
     rollouts = [f"{base}.a", f"{base}_a", f"{base}-a", f"{base}.A"]
     entries = {rollout: kit.entries.entry(rollout) for rollout in rollouts}
     for entry in entries.values():
-        put(kit, "PUT-5", sink, entry)
-    mark(kit, "PUT-5", sink, rollouts[0], "only-this-one")
-    frozen = freeze(kit, "PUT-5", source, rollouts[1])
+        put(kit, sink, entry)
+    mark(kit, sink, rollouts[0], "only-this-one")
+    frozen = freeze(kit, source, rollouts[1])
     for rollout in rollouts:
-        snapshot = frozen if rollout == rollouts[1] else freeze(kit, "PUT-5", source, rollout)
+        snapshot = frozen if rollout == rollouts[1] else freeze(kit, source, rollout)
         own = call_of(entries[rollout])
         if list(payloads(snapshot)) != [own] or snapshot.incomplete != (rollout == rollouts[0]):
-            fail(
-                "PUT-5",
+            kit.fail(
                 expected=f"{rollout!r} to hold only its own entry, "
                 f"incomplete={rollout == rollouts[0]}",
                 observed=describe(snapshot),
                 hint="key storage by the exact rollout id: no case folding or normalizing",
             )
-    put(kit, "PUT-5", sink, kit.entries.entry(f"{base}-A"))
-    mark(kit, "PUT-5", sink, f"{base}_A", "neighbour")
-    again = freeze(kit, "PUT-5", kit.source(), rollouts[1])
+    put(kit, sink, kit.entries.entry(f"{base}-A"))
+    mark(kit, sink, f"{base}_A", "neighbour")
+    again = freeze(kit, kit.source(), rollouts[1])
     expect_equal_snapshots(
-        "PUT-5",
+        kit,
         frozen,
         again,
         hint="writes to other rollouts must not move this rollout's version or snapshot_id; "
         "keep one version counter per rollout",
     )
-    if not drop(kit, "PUT-5", source, rollouts[1], frozen.snapshot_id, frozen.version):
-        fail(
-            "PUT-5",
+    if not drop(kit, source, rollouts[1], frozen.snapshot_id, frozen.version):
+        kit.fail(
             expected=f"{rollouts[1]!r} to drop with its snapshot after writes to its neighbours",
             observed="False",
             hint="versions and fences are per rollout, never store-wide",
@@ -242,13 +233,12 @@ def any_call_id(kit: Kit) -> None:
         for call in (*ODD_CALL_IDS, *LOOKALIKE_CALL_IDS)
     ]
     for entry in entries:
-        put(kit, "PUT-6", sink, entry)
-    snapshot = freeze(kit, "PUT-6", kit.source(), rollout)
+        put(kit, sink, entry)
+    snapshot = freeze(kit, kit.source(), rollout)
     for entry in entries:
-        _expect_round_trip("PUT-6", entry, snapshot)
+        _expect_round_trip(kit, entry, snapshot)
     if len(snapshot.entries) != len(entries):
-        fail(
-            "PUT-6",
+        kit.fail(
             expected=f"{len(entries)} entries, one per call id",
             observed=describe(snapshot),
             hint="never split or normalize call ids",
@@ -259,7 +249,7 @@ def any_call_id(kit: Kit) -> None:
     def round_trip(call_id: str) -> None:
         target = kit.rollout_id("gen")
         entry = kit.entries.entry(target, call_id, prompt_len=2, generation_len=1)
-        put(kit, "PUT-6", sink, entry)
-        _expect_round_trip("PUT-6", entry, freeze(kit, "PUT-6", kit.source(), target))
+        put(kit, sink, entry)
+        _expect_round_trip(kit, entry, freeze(kit, kit.source(), target))
 
-    run_property(kit, "PUT-6", round_trip)
+    run_property(kit, round_trip)

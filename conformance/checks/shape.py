@@ -20,7 +20,6 @@ from conformance.checks._steps import (
 from conformance.context import Kit
 from conformance.reading import Unreadable, read_snapshot
 from conformance.registry import check
-from conformance.violation import fail
 from tokcap_spec.protocols import TokenSink, TokenSource, protocol_methods, protocol_problems
 
 
@@ -32,8 +31,7 @@ def _expect_protocol(
         methods = protocol_methods(protocol)
         problems = protocol_problems(built, protocol)
         if problems or not isinstance(built, protocol):
-            fail(
-                "SHAPE-1",
+            kit.fail(
                 expected=f"a {protocol.__name__}: async {', '.join(methods)}",
                 observed="; ".join(problems) or f"isinstance({role}, {protocol.__name__}) is False",
                 hint=f"declare the three methods with 'async def' on the {role} class",
@@ -61,13 +59,12 @@ def source_protocol(kit: Kit) -> None:
 def snapshot_attributes(kit: Kit) -> None:
     """A snapshot exposes rollout_id, entries, incomplete, snapshot_id and version."""
     rollout = kit.rollout_id()
-    put(kit, "SHAPE-1", kit.sink(), kit.entries.entry(rollout))
+    put(kit, kit.sink(), kit.entries.entry(rollout))
     try:
         read_snapshot(kit.run(kit.source().raw.freeze(rollout)))
     except Unreadable as problem:
-        if problem.clause == "SHAPE-1":
-            fail(
-                "SHAPE-1",
+        if problem.clause == kit.clause:
+            kit.fail(
                 expected="a snapshot with the five attributes, entries carrying the record's "
                 "fields",
                 observed=kit.redact(str(problem)),
@@ -83,8 +80,7 @@ def drop_keywords(kit: Kit) -> None:
     try:
         answer = source.drop(kit.rollout_id("unknown"), snapshot_id="none", version=0)
     except TypeError as error:
-        fail(
-            "SHAPE-2",
+        kit.fail(
             expected="drop(rollout_id, snapshot_id=..., version=...) to be callable",
             observed=f"TypeError: {kit.redact(str(error))}",
             hint="define drop(self, rollout_id, *, snapshot_id, version)",
@@ -99,8 +95,8 @@ def caller_mutation(kit: Kit) -> None:
     """Mutating a returned snapshot's entries never changes what a later freeze returns."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
-    put(kit, "SHAPE-3", sink, kit.entries.entry(rollout))
-    first = freeze(kit, "SHAPE-3", source, rollout)
+    put(kit, sink, kit.entries.entry(rollout))
+    first = freeze(kit, source, rollout)
     expected = state(first)
     entries = first.raw.entries
     for entry in entries:
@@ -118,10 +114,9 @@ def caller_mutation(kit: Kit) -> None:
     if isinstance(entries, list):
         entries.clear()
     for label, endpoint in (("the same source", source), ("a fresh source", kit.source())):
-        again = freeze(kit, "SHAPE-3", endpoint, rollout)
+        again = freeze(kit, endpoint, rollout)
         if state(again) != expected:
-            fail(
-                "SHAPE-3",
+            kit.fail(
                 expected=f"freeze from {label} to ignore the caller's edits",
                 observed=f"after editing the returned snapshot, freeze returned {describe(again)}",
                 hint="hand out copies: never share stored lists or entries with a snapshot",
@@ -133,15 +128,14 @@ def later_writes(kit: Kit) -> None:
     """A snapshot already returned does not change when the rollout is written afterwards."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
-    put(kit, "SHAPE-3", sink, kit.entries.entry(rollout))
-    first = freeze(kit, "SHAPE-3", source, rollout)
+    put(kit, sink, kit.entries.entry(rollout))
+    first = freeze(kit, source, rollout)
     expected = state(first)
-    mark(kit, "SHAPE-3", sink, rollout, "later")
+    mark(kit, sink, rollout, "later")
     raises(sink.put, kit.entries.entry(rollout))
     now = reread(first)
     if state(now) != expected:
-        fail(
-            "SHAPE-3",
+        kit.fail(
             expected="the returned snapshot to stay as it was",
             observed=f"it now reads {describe(now)}",
             hint="build each snapshot from copies; make it a frozen TokenCaptureSnapshot",

@@ -8,7 +8,7 @@ from conformance.checks._steps import describe, freeze, payloads, sent
 from conformance.context import Kit
 from conformance.reading import entry_view
 from conformance.registry import check
-from conformance.violation import NotClaimed, fail
+from conformance.violation import NotClaimed
 from conformance.workers import Operation, WorkerOutcome, WorkerPlan, run_workers
 
 PROCESS_LOCAL = "the target declares process-local: it does not claim to serve spawned workers"
@@ -28,19 +28,17 @@ def _plan(kit: Kit, entries: list[Any]) -> WorkerPlan:
     )
 
 
-def _expect_all_ok(kit: Kit, clause: str, outcomes: list[WorkerOutcome], together: str) -> None:
+def _expect_all_ok(kit: Kit, outcomes: list[WorkerOutcome], together: str) -> None:
     for number, outcome in enumerate(outcomes):
         if outcome.stage == "build":
-            fail(
-                clause,
+            kit.fail(
                 expected=f"the sink to build in spawned worker {number}{together}",
                 observed=kit.redact(outcome.error),
                 hint="a spawned worker gets only the target string and kwargs: nothing the "
                 "launcher installed (install_token_sink, globals) reaches it",
             )
         if outcome.stage != "ok":
-            fail(
-                clause,
+            kit.fail(
                 expected=f"spawned worker {number} to ack every put{together}",
                 observed=kit.redact(f"{outcome.stage} after {outcome.acked} acks: {outcome.error}"),
                 hint="construction and writes must not depend on the launcher process",
@@ -53,7 +51,7 @@ def spawned_worker_builds(kit: Kit) -> None:
     _require_processes(kit)
     rollout = kit.rollout_id()
     outcomes = run_workers([_plan(kit, [kit.entries.entry(rollout)])], together=False)
-    _expect_all_ok(kit, "SPAWN-1", outcomes, "")
+    _expect_all_ok(kit, outcomes, "")
 
 
 @check("SPAWN-2", "concurrent-construction")
@@ -71,7 +69,7 @@ def concurrent_construction(kit: Kit) -> None:
         )
         for n in range(4)
     ]
-    _expect_all_ok(kit, "SPAWN-2", run_workers(plans, together=True), " while others construct")
+    _expect_all_ok(kit, run_workers(plans, together=True), " while others construct")
 
 
 @check("SPAWN-3", "acks-visible-to-parent")
@@ -81,15 +79,14 @@ def acks_visible_to_parent(kit: Kit) -> None:
     # A rollout each: concurrent writers to one rollout are SPAWN-4's to judge.
     rollouts = [kit.rollout_id(f"w{n}") for n in range(2)]
     batches = [[kit.entries.entry(rollout) for _ in range(3)] for rollout in rollouts]
-    _expect_all_ok(kit, "SPAWN-3", run_workers([_plan(kit, batch) for batch in batches]), "")
+    _expect_all_ok(kit, run_workers([_plan(kit, batch) for batch in batches]), "")
     source = kit.source()
-    snapshots = [freeze(kit, "SPAWN-3", source, rollout) for rollout in rollouts]
+    snapshots = [freeze(kit, source, rollout) for rollout in rollouts]
     expected = sent(entry for batch in batches for entry in batch)
     seen = {call: payload for view in snapshots for call, payload in payloads(view).items()}
     missing = sorted(set(expected) - set(seen))
     if missing:
-        fail(
-            "SPAWN-3",
+        kit.fail(
             expected=f"all {len(expected)} entries acked by spawned workers",
             observed=f"{len(missing)} missing: " + "; ".join(map(describe, snapshots)),
             hint="records kept in process memory are invisible to other processes; store them "
@@ -97,8 +94,7 @@ def acks_visible_to_parent(kit: Kit) -> None:
         )
     torn = sorted(call for call in expected if seen.get(call) != expected[call])
     if torn:
-        fail(
-            "SPAWN-3",
+        kit.fail(
             expected="each entry exactly as the worker put it",
             observed=f"{len(torn)} entries differ, first call id {torn[0]!r}",
             hint="store each entry whole: a torn or interleaved write changes its fields",
