@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from base import BaseStore, RolloutState
+from base import BaseStore, RolloutFileState
 
 
 class LateWriteKeepsVersion(BaseStore):
@@ -16,7 +16,7 @@ class LateWriteKeepsVersion(BaseStore):
 
     breaks: ClassVar[str] = "FENCE-1"
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if state.frozen and not state.retired and call not in state.entries:
             state.entries[call] = payload
             return
@@ -32,7 +32,7 @@ class DiscardsLateWrites(BaseStore):
 
     breaks: ClassVar[str] = "FENCE-1"
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if state.frozen and not state.retired and call not in state.entries:
             return
         super().apply_put(rollout_id, state, call, payload)
@@ -48,7 +48,7 @@ class RelaxedFenceJudgedStrict(BaseStore):
     breaks: ClassVar[str] = "FENCE-1"
     flags: ClassVar[tuple[str, ...]] = ("--tokcap-fence=strict",)
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if state.frozen and not state.retired and call not in state.entries:
             state.entries[call] = payload
             state.version += 1
@@ -65,7 +65,7 @@ class NoTombstone(BaseStore):
 
     breaks: ClassVar[str] = "FENCE-2"
 
-    def tombstone(self, state: RolloutState) -> None:
+    def tombstone(self, state: RolloutFileState) -> None:
         self.forget(state)
 
 
@@ -78,12 +78,12 @@ class RetryAckedAfterDrop(BaseStore):
 
     breaks: ClassVar[str] = "FENCE-2"
 
-    def tombstone(self, state: RolloutState) -> None:
+    def tombstone(self, state: RolloutFileState) -> None:
         remembered = dict(state.entries)
         super().tombstone(state)
         state.entries.update(remembered)
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if state.entries.get(call) == payload:
             return
         super().apply_put(rollout_id, state, call, payload)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
-from base import BaseStore, RolloutState
+from base import BaseStore, RolloutFileState
 
 from tokcap_spec.errors import ConflictingEntryError
 from tokcap_spec.records import TokenEntry
@@ -212,7 +212,7 @@ class AppendsDuplicates(BaseStore):
 
     breaks: ClassVar[str] = "PUT-3"
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if state.entries.get(call) == payload and not state.retired:
             state.entries[f"{call}\x00copy{len(state.entries)}"] = payload
             state.version += 1
@@ -229,7 +229,7 @@ class ReputIsConflict(BaseStore):
 
     breaks: ClassVar[str] = "PUT-3"
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if call in state.entries and not state.retired:
             state.incomplete = True
             state.version += 1
@@ -246,7 +246,7 @@ class ReputAfterFreezeMovesVersion(BaseStore):
 
     breaks: ClassVar[str] = "PUT-3"
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if state.frozen and not state.retired and state.entries.get(call) == payload:
             state.version += 1
             return
@@ -263,7 +263,7 @@ class LastWriterWins(BaseStore):
     breaks: ClassVar[str] = "PUT-4"
     also: ClassVar[tuple[str, ...]] = ("MASK-4",)
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         known = state.entries.get(call)
         if known is not None and known != payload and not state.retired:
             state.entries[call] = payload
@@ -314,7 +314,7 @@ class MarksByTask(BaseStore):
         with self.transaction(self.task(rollout_id)) as task:
             task.incomplete = True
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> Any:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> Any:
         found = super().snapshot(rollout_id, state)
         if self.load(self.task(rollout_id)).incomplete and not found.incomplete:
             return type(found)(
@@ -340,7 +340,7 @@ class StoreWideVersion(BaseStore):
         return self.load(_COUNTER).version
 
     @contextmanager
-    def transaction(self, rollout_id: str) -> Iterator[RolloutState]:
+    def transaction(self, rollout_id: str) -> Iterator[RolloutFileState]:
         with super().transaction(rollout_id) as state:
             before = state.version
             try:
@@ -350,7 +350,7 @@ class StoreWideVersion(BaseStore):
                     with super().transaction(_COUNTER) as counter:
                         counter.version += 1
 
-    def apply_freeze(self, rollout_id: str, state: RolloutState) -> None:
+    def apply_freeze(self, rollout_id: str, state: RolloutFileState) -> None:
         self.refuse_retired(rollout_id, state)
         state.frozen = True
         current = self.global_version()
@@ -358,7 +358,7 @@ class StoreWideVersion(BaseStore):
             state.snapshot_id = uuid.uuid4().hex
             state.snapshot_version = current
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> Any:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> Any:
         found = super().snapshot(rollout_id, state)
         return type(found)(
             found.rollout_id,
@@ -368,7 +368,7 @@ class StoreWideVersion(BaseStore):
             self.global_version(),
         )
 
-    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def matches(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         current = self.global_version()
         return (
             state.frozen
@@ -416,6 +416,6 @@ class SanitizedCallIdKeys(BaseStore):
 
     breaks: ClassVar[str] = "PUT-6"
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         key = call.replace("/", "_").replace("\\", "_")
         super().apply_put(rollout_id, state, key, payload)
