@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from base import BaseStore, RolloutFileState
+from relaxed import RelaxedFileStore
 
 
 class LateWriteKeepsVersion(BaseStore):
@@ -38,8 +39,8 @@ class DiscardsLateWrites(BaseStore):
         super().apply_put(rollout_id, state, call, payload)
 
 
-class RelaxedFenceJudgedStrict(BaseStore):
-    """FENCE-1: a correct relaxed fence, run with ``--tokcap-fence=strict``.
+class RelaxedFenceJudgedStrict(RelaxedFileStore):
+    """FENCE-1: the correct relaxed-fence baseline store, run with ``--tokcap-fence=strict``.
 
     A new call after freeze is stored under a new version, which the contract allows, but a
     framework that needs a strict fence declares it and must see the put refused.
@@ -47,13 +48,6 @@ class RelaxedFenceJudgedStrict(BaseStore):
 
     breaks: ClassVar[str] = "FENCE-1"
     flags: ClassVar[tuple[str, ...]] = ("--tokcap-fence=strict",)
-
-    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
-        if state.frozen and not state.retired and call not in state.entries:
-            state.entries[call] = payload
-            state.version += 1
-            return
-        super().apply_put(rollout_id, state, call, payload)
 
 
 class NoTombstone(BaseStore):
