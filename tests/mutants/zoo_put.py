@@ -25,46 +25,36 @@ class BuffersUntilClose(BaseStore):
     """
 
     breaks: ClassVar[str] = "PUT-1"
+    group_size: ClassVar[int] = 0
+    """How many buffered puts are written together before close; 0 waits for close."""
 
     def __init__(self, root: str) -> None:
         super().__init__(root)
         self._pending: list[TokenEntry] = []
 
-    async def put(self, entry: TokenEntry) -> None:
+    def write(self, entry: TokenEntry) -> None:
         self._pending.append(entry)
+        if len(self._pending) == self.group_size:
+            self._commit()
 
-    async def close(self) -> None:
+    def _commit(self) -> None:
         pending, self._pending = self._pending, []
         for entry in pending:
-            await BaseStore.put(self, entry)
+            super().write(entry)
+
+    async def close(self) -> None:
+        self._commit()
         await super().close()
 
 
-class GroupCommit(BaseStore):
+class GroupCommit(BuffersUntilClose):
     """PUT-1: puts are written in groups of four; the last partial group waits for close.
 
     Group commit amortizes fsync, but acks each put before its group is written.
     """
 
     breaks: ClassVar[str] = "PUT-1"
-
-    def __init__(self, root: str) -> None:
-        super().__init__(root)
-        self._group: list[TokenEntry] = []
-
-    async def put(self, entry: TokenEntry) -> None:
-        self._group.append(entry)
-        if len(self._group) == 4:
-            await self._commit()
-
-    async def _commit(self) -> None:
-        group, self._group = self._group, []
-        for entry in group:
-            await BaseStore.put(self, entry)
-
-    async def close(self) -> None:
-        await self._commit()
-        await super().close()
+    group_size: ClassVar[int] = 4
 
 
 class CommitsInBackgroundTask(BaseStore):
