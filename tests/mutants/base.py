@@ -157,7 +157,7 @@ class BaseStore:
             yield state
 
     def bump(self, state: RolloutFileState) -> None:
-        """Record one change to the rollout: its version moves, so older snapshots never drop."""
+        """Record one change: the version moves, so earlier snapshots no longer drop."""
         state.version += 1
 
     # Rules: what each operation does to one rollout's state.
