@@ -20,8 +20,9 @@ MUTANTS = Path(__file__).parent / "mutants"
 if str(MUTANTS) not in sys.path:
     sys.path.insert(0, str(MUTANTS))
 
-from zoo import CORRECT, Mutant, Run, Target, mutants, run_kit  # noqa: E402
+from zoo import CORRECT, JudgedStore, Mutant, Run, mutants, run_kit  # noqa: E402
 
+from conformance.catalog import CLAUSES, KIT  # noqa: E402
 from conformance.registry import all_checks  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -41,6 +42,17 @@ class TestZoo:
     def test_every_checked_clause_has_a_mutant(self) -> None:
         """Every clause the kit has a check for is the one a mutant in the zoo breaks."""
         assert sorted(CHECKED - {mutant.clause for mutant in ZOO}) == []
+
+    def test_every_kit_clause_is_declared_by_a_mutant(self) -> None:
+        """Every catalog clause checked by the kit is some mutant's ``breaks`` or ``also``."""
+        declared = {clause for mutant in ZOO for clause in mutant.expected}
+        missing = [
+            f"{clause.id} is checked by the kit but no mutant declares it; add a BaseStore "
+            f"subclass with breaks = {clause.id!r} to tests/mutants/zoo_{clause.family.lower()}.py"
+            for clause in CLAUSES
+            if clause.checked_by == KIT and clause.id not in declared
+        ]
+        assert missing == [], "\n".join(missing)
 
     def test_every_mutant_declares_checked_clauses(self) -> None:
         """Every mutant declares only clauses the kit checks, none twice, and says how it breaks."""
@@ -77,7 +89,7 @@ class TestKitCatchesMutants:
 
 class TestKitPassesCorrectStores:
     @pytest.mark.parametrize("store", [pytest.param(t, id=t.name) for t in CORRECT])
-    def test_passes_every_clause(self, store: Target) -> None:
+    def test_passes_every_clause(self, store: JudgedStore) -> None:
         """The kit run passes a correct store with no failed and no blocked clause."""
         run = run_kit(store)
         assert (run.failed, run.blocked) == ((), ()), _messages(run)

@@ -25,7 +25,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT / "tests" / "mutants"))
 
-from zoo import CORRECT, Mutant, Run, Target, mutants, run_kit  # noqa: E402
+from zoo import CORRECT, JudgedStore, Mutant, Run, mutants, run_kit  # noqa: E402
 
 from conformance.registry import all_checks  # noqa: E402
 
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--kit-arg", action="append", default=[], help="extra option for every kit run"
     )
     options = parser.parse_args(argv)
-    targets: list[Target] = [*CORRECT, *mutants()]
+    targets: list[JudgedStore] = [*CORRECT, *mutants()]
     if options.only is not None:
         targets = [target for target in targets if target.name in options.only]
     started = time.monotonic()

@@ -6,14 +6,17 @@ rollout's lock file, and every change is written to a temporary file, fsynced an
 into place, so a fresh instance in any process sees exactly what was acknowledged.
 Simplicity wins over speed: the event loop blocks on disk I/O.
 
-Promises (strict fence), per rollout:
+Promises, per rollout:
 
 * ``put`` of a new call before ``freeze`` stores it and bumps the version; an identical
   re-put is a no-op; a different payload under a known call id marks the rollout incomplete,
-  bumps the version and raises :class:`ConflictingEntryError`; a new call after ``freeze``
-  raises :class:`RolloutFrozenError`.
+  bumps the version and raises :class:`ConflictingEntryError`. A new call after ``freeze``
+  raises :class:`RolloutFrozenError` under the strict fence (``fence = "strict"``, the
+  default) and is stored with a version bump under the relaxed one (``fence = "relaxed"``,
+  :class:`relaxed.RelaxedFileStore`), so the earlier snapshot no longer drops.
 * ``mark_incomplete`` is sticky, bumps the version and works after ``freeze``.
 * ``begin_call`` records an intent; an intent with no entry at freeze makes it incomplete.
+  After ``freeze`` a new intent is refused or recorded as a new call is.
 * ``freeze`` fences the rollout, even one never written, and mints a new ``snapshot_id`` only
   when the state changed since the last freeze; entries are fresh copies.
 * ``drop`` returns True only for the exact ``(snapshot_id, version)`` of a frozen rollout,
@@ -21,7 +24,8 @@ Promises (strict fence), per rollout:
   ``delete`` forgets the rollout so its id can be used again.
 * After a drop or retire every write and every freeze raises :class:`RolloutRetiredError`.
 
-The storage steps are separate methods so that each mutant can replace exactly one of them.
+The storage steps (locking, loading, saving, the version bump, the write a put makes) and
+the rules of each operation are separate methods, so that each mutant replaces exactly one.
 """
 
 from __future__ import annotations
@@ -35,17 +39,18 @@ import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar, Literal
 
 from tokcap_spec.errors import ConflictingEntryError, RolloutFrozenError, RolloutRetiredError
 from tokcap_spec.ids import validate_rollout_id
 from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry
 
-__all__ = ["BaseStore", "RolloutState"]
+__all__ = ["BaseStore", "RolloutFileState"]
 
 
 @dataclass
-class RolloutState:
+class RolloutFileState:
     """Everything one rollout's state file holds; ``version`` counts every state change."""
 
     entries: dict[str, str] = field(default_factory=dict)
@@ -61,6 +66,9 @@ class RolloutState:
 
 class BaseStore:
     """A durable, multi-process token sink and source kept under the directory ``root``."""
+
+    fence: ClassVar[Literal["strict", "relaxed"]] = "strict"
+    """What a new call after ``freeze`` meets: a refusal (strict) or a version bump (relaxed)."""
 
     def __init__(self, root: str) -> None:
         if not isinstance(root, str) or not root:
@@ -87,15 +95,15 @@ class BaseStore:
     def state_path(self, rollout_id: str) -> str:
         return os.path.join(self.root, "rollouts", self.key(rollout_id) + ".json")
 
-    def load(self, rollout_id: str) -> RolloutState:
+    def load(self, rollout_id: str) -> RolloutFileState:
         """Return the rollout's state as stored, or a new empty state."""
         try:
             with open(self.state_path(rollout_id), encoding="utf-8") as handle:
-                return RolloutState(**json.load(handle))
+                return RolloutFileState(**json.load(handle))
         except FileNotFoundError:
-            return RolloutState()
+            return RolloutFileState()
 
-    def save(self, rollout_id: str, state: RolloutState) -> None:
+    def save(self, rollout_id: str, state: RolloutFileState) -> None:
         """Make ``state`` the rollout's durable state: temporary file, fsync, rename, fsync."""
         path = self.state_path(rollout_id)
         directory = os.path.dirname(path)
@@ -121,74 +129,88 @@ class BaseStore:
             os.close(directory_fd)
 
     @contextlib.contextmanager
-    def transaction(self, rollout_id: str) -> Iterator[RolloutState]:
-        """Hold the rollout's lock around a read-modify-write; save if the state changed.
-
-        The state is saved even when the body raises, so that a refusal which also records
-        something (a conflicting re-put marks the rollout) is durable before it propagates.
-        """
+    def locked(self, rollout_id: str) -> Iterator[None]:
+        """Hold the rollout's exclusive lock, against every instance in every process."""
         lock_path = os.path.join(self.root, "locks", self.key(rollout_id))
         with open(lock_path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            state = self.load(rollout_id)
-            before = copy.deepcopy(state)
-            try:
-                yield state
-            finally:
-                if state != before:
-                    self.save(rollout_id, state)
+            yield
+
+    @contextlib.contextmanager
+    def saving(self, rollout_id: str, state: RolloutFileState) -> Iterator[RolloutFileState]:
+        """Yield ``state`` to be changed, then save it if it changed, even when the body raises.
+
+        Saving on a raise makes a refusal that also records something (a conflicting re-put
+        marks the rollout) durable before it propagates.
+        """
+        before = copy.deepcopy(state)
+        try:
+            yield state
+        finally:
+            if state != before:
+                self.save(rollout_id, state)
+
+    @contextlib.contextmanager
+    def transaction(self, rollout_id: str) -> Iterator[RolloutFileState]:
+        """One read-modify-write of the rollout: load under its lock, save what changed."""
+        with self.locked(rollout_id), self.saving(rollout_id, self.load(rollout_id)) as state:
+            yield state
+
+    def bump(self, state: RolloutFileState) -> None:
+        """Record one change: the version moves, so earlier snapshots no longer drop."""
+        state.version += 1
 
     # Rules: what each operation does to one rollout's state.
 
-    def refuse_retired(self, rollout_id: str, state: RolloutState) -> None:
+    def refuse_retired(self, rollout_id: str, state: RolloutFileState) -> None:
         if state.retired:
             raise RolloutRetiredError(
                 f"rollout {rollout_id!r} was already dropped or retired; expected a live rollout"
             )
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         self.refuse_retired(rollout_id, state)
         known = state.entries.get(call)
         if known == payload:
             return
         if known is not None:
             state.incomplete = True
-            state.version += 1
+            self.bump(state)
             raise ConflictingEntryError(
                 f"rollout {rollout_id!r}: model_call_id {call!r} was already stored with a "
                 "different payload; the rollout is now marked incomplete"
             )
-        if state.frozen:
+        if state.frozen and self.fence == "strict":
             raise RolloutFrozenError(
                 f"rollout {rollout_id!r} is frozen; expected no new call, got {call!r}"
             )
         state.entries[call] = payload
-        state.version += 1
+        self.bump(state)
 
-    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         self.refuse_retired(rollout_id, state)
         state.incomplete = True
-        state.version += 1
+        self.bump(state)
 
-    def apply_begin(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_begin(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         self.refuse_retired(rollout_id, state)
         if call in state.intents or call in state.entries:
             return
-        if state.frozen:
+        if state.frozen and self.fence == "strict":
             raise RolloutFrozenError(
                 f"rollout {rollout_id!r} is frozen; expected no new call, got an intent {call!r}"
             )
         state.intents.append(call)
-        state.version += 1
+        self.bump(state)
 
-    def apply_freeze(self, rollout_id: str, state: RolloutState) -> None:
+    def apply_freeze(self, rollout_id: str, state: RolloutFileState) -> None:
         self.refuse_retired(rollout_id, state)
         state.frozen = True
         if not state.snapshot_id or state.snapshot_version != state.version:
             state.snapshot_id = uuid.uuid4().hex
             state.snapshot_version = state.version
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
         entries = tuple(self.decode(stored) for stored in state.entries.values())
         dangling = any(intent not in state.entries for intent in state.intents)
         return TokenCaptureSnapshot(
@@ -199,7 +221,7 @@ class BaseStore:
             version=state.version,
         )
 
-    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def matches(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         """Return whether ``(snapshot_id, version)`` names the rollout's current frozen state."""
         return (
             state.frozen
@@ -211,32 +233,35 @@ class BaseStore:
             and state.version == version
         )
 
-    def apply_drop(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def apply_drop(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         if not self.matches(state, snapshot_id, version):
             return False
         self.tombstone(state)
         return True
 
-    def tombstone(self, state: RolloutState) -> None:
+    def tombstone(self, state: RolloutFileState) -> None:
         """Remove the records and fence the rollout for good."""
         state.entries.clear()
         state.intents.clear()
         state.retired = True
 
-    def forget(self, state: RolloutState) -> None:
+    def forget(self, state: RolloutFileState) -> None:
         """Remove the records and the fence."""
         state.deleted = True
+
+    def write(self, entry: TokenEntry) -> None:
+        """Make a checked entry durable before returning: the step a put acknowledges."""
+        with self.transaction(entry.rollout_id) as state:
+            self.apply_put(entry.rollout_id, state, entry.model_call_id, self.encode(entry))
 
     # The protocol.
 
     async def put(self, entry: TokenEntry) -> None:
-        """Store ``entry`` durably; refuse conflicts, late calls and retired rollouts."""
+        """Store ``entry`` durably; refuse conflicts, late calls (strict) and retired rollouts."""
         if not isinstance(entry, TokenEntry):
             raise TypeError(f"put expects a TokenEntry, got {type(entry).__name__}")
-        rollout_id = validate_rollout_id(entry.rollout_id)
-        payload = self.encode(entry)
-        with self.transaction(rollout_id) as state:
-            self.apply_put(rollout_id, state, entry.model_call_id, payload)
+        validate_rollout_id(entry.rollout_id)
+        self.write(entry)
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Mark the rollout incomplete for good and bump its version, frozen or not."""

@@ -1,11 +1,19 @@
 """The mutant zoo: every broken store in the ``zoo_*`` modules, what it must fail, the kit runner.
 
-Each mutant is a class with a ``breaks`` attribute naming the clause it breaks, an optional
-``also`` tuple of clauses it necessarily breaks too, an optional ``flags`` tuple of kit
-options it is judged with, and a docstring that says what it breaks and how a real transport
-ends up like that. The kit must fail exactly ``{breaks, *also}``: a mutant is *precise* when
-that set is one clause. Correct stores are listed in :data:`CORRECT`; the kit must pass them
-with nothing failed and nothing blocked.
+Each mutant is a subclass of the baseline store :class:`base.BaseStore` (or of its relaxed
+fence, :class:`relaxed.RelaxedFileStore`) that overrides the one step it breaks, with a
+docstring that says what it breaks and how a real transport ends up like that, and with its
+judgment declared as class data that :func:`mutants` reads and no runner adds to:
+
+* ``breaks``: the clause it breaks;
+* ``also``: clauses it necessarily breaks too (optional);
+* ``flags``: the kit options it is judged with, such as ``--tokcap-fence=strict``,
+  ``--tokcap-capability=no-delete`` or ``-p zoo_launcher`` (optional);
+* ``anomaly``: for a concurrency mutant, the anomaly its failure message must name (optional).
+
+The kit must fail exactly ``{breaks, *also}``: a mutant is *precise* when that set is one
+clause. Correct stores are listed in :data:`CORRECT`; the kit must pass them with nothing
+failed and nothing blocked.
 
 :func:`run_kit` is the one way a store is judged here, by the zoo tests and by
 ``tools/kill_matrix.py`` alike: the whole kit in a fresh interpreter and directory, as a
@@ -27,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CORRECT", "HERE", "Mutant", "Run", "Target", "mutants", "run_kit"]
+__all__ = ["CORRECT", "HERE", "JudgedStore", "Mutant", "Run", "mutants", "run_kit"]
 
 HERE = Path(__file__).resolve().parent
 """The directory that must be on ``PYTHONPATH`` for the kit to import the mutants."""
@@ -37,8 +45,8 @@ RUN_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True)
-class Target:
-    """One kit run: the store, its kwargs and the flags it is judged with."""
+class JudgedStore:
+    """A store the kit judges: its name, its ``module:Class`` target, flags and kwargs."""
 
     name: str
     sink: str
@@ -54,7 +62,7 @@ class Target:
 
 
 @dataclass(frozen=True)
-class Mutant(Target):
+class Mutant(JudgedStore):
     """A store that breaks one promise, and the clauses the kit must fail for it."""
 
     clause: str = ""
@@ -70,28 +78,32 @@ class Mutant(Target):
 
 
 CORRECT = (
-    Target("BaseStore", "base:BaseStore", ("--tokcap-fence=strict",)),
-    Target("RelaxedFileStore", "relaxed:RelaxedFileStore"),
-    Target(
+    JudgedStore("BaseStore", "base:BaseStore", ("--tokcap-fence=strict",)),
+    JudgedStore("RelaxedFileStore", "relaxed:RelaxedFileStore"),
+    JudgedStore(
         "MemoryTokenStore",
         "reference.memory_store:MemoryTokenStore",
         ("--tokcap-capability=process-local", "--tokcap-fence=strict"),
         kwargs=None,
     ),
-    Target("FileTokenStore", "reference.file_store:FileTokenStore", ("--tokcap-fence=strict",)),
-    Target(
+    JudgedStore(
+        "FileTokenStore", "reference.file_store:FileTokenStore", ("--tokcap-fence=strict",)
+    ),
+    JudgedStore(
         "FileTokenStoreForeignEntries",
         "reference.file_store:FileTokenStore",
         ("--tokcap-fence=strict", "--tokcap-entry-class=independent:Record"),
     ),
-    Target("SqliteStore", "independent:SqliteStore", ("--tokcap-fence=strict",)),
-    Target(
+    JudgedStore("SqliteStore", "independent:SqliteStore", ("--tokcap-fence=strict",)),
+    JudgedStore(
         "OwnRecordsOnlyStore",
         "independent:OwnRecordsOnlyStore",
         ("--tokcap-fence=strict", "--tokcap-entry-class=independent:Record"),
     ),
-    Target("RelaxedSqliteStore", "independent:RelaxedSqliteStore"),
-    Target("MappingEntriesStore", "independent:MappingEntriesStore", ("--tokcap-fence=strict",)),
+    JudgedStore("RelaxedSqliteStore", "independent:RelaxedSqliteStore"),
+    JudgedStore(
+        "MappingEntriesStore", "independent:MappingEntriesStore", ("--tokcap-fence=strict",)
+    ),
 )
 """Stores that must pass the whole kit with no failed and no blocked clause."""
 
@@ -139,7 +151,7 @@ def mutants() -> list[Mutant]:
 class Run:
     """What one kit run against one store showed."""
 
-    target: Target
+    target: JudgedStore
     exit_code: int
     seconds: float
     clauses: dict[str, Any] = field(default_factory=dict)
@@ -180,7 +192,7 @@ class Run:
         )
 
 
-def run_kit(target: Target, extra: Sequence[str] = ()) -> Run:
+def run_kit(target: JudgedStore, extra: Sequence[str] = ()) -> Run:
     """Run the whole kit against ``target`` in a fresh interpreter and directory."""
     with tempfile.TemporaryDirectory(prefix="tokcap-zoo-") as scratch:
         report = Path(scratch) / "report.json"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from base import BaseStore, RolloutState
+from base import BaseStore, RolloutFileState
 
 
 class CloseRaisesTwice(BaseStore):
@@ -35,7 +35,7 @@ class CloseRevokesMarks(BaseStore):
         super().__init__(root)
         self._marked: list[str] = []
 
-    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         super().apply_mark(rollout_id, state, call)
         self._marked.append(rollout_id)
 

@@ -1,19 +1,26 @@
 """Stores that pass every single-process check yet break the contract under concurrency.
 
-Each one is the correct store of ``relaxed`` with one step made wrong in a way real stores get
-wrong. The kit must catch each in at least 19 of 20 runs of the ``ci`` profile; run this file
-(``python tests/mutants/zoo_concurrency.py [Mutant ...]``) to measure how often it does.
+Each one is the baseline store of ``base`` (strict fence) or ``relaxed`` (relaxed fence) with
+one step made wrong in a way real stores get wrong. The kit must catch each in at least 19 of
+20 runs of the ``ci`` profile; run this file (``python tests/mutants/zoo_concurrency.py
+[Mutant ...]``) to measure how often it does, through the zoo's one kit runner.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import sys
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Sequence
 from typing import ClassVar
 
-from relaxed import RelaxedFileStore, RolloutState, StrictFileStore
+from base import BaseStore, RolloutFileState
+from relaxed import RelaxedFileStore
 
+from tokcap_spec.ids import validate_rollout_id
 from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry
 
@@ -26,7 +33,7 @@ __all__ = [
 ]
 
 
-class TwoStepFreeze(StrictFileStore):
+class TwoStepFreeze(BaseStore):
     """Reads the entries under the lock, then takes it again to set the frozen flag.
 
     A put landing between the two steps is acked, is missing from the snapshot, and the
@@ -37,13 +44,11 @@ class TwoStepFreeze(StrictFileStore):
     anomaly: ClassVar[str] = "lost-ack"
 
     async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
-        with self.locked(rollout_id):
-            entries = dict(self.load(rollout_id)["entries"])
-        with self.locked(rollout_id):
-            state = self.load(rollout_id)
-            self.stamp(rollout_id, state)
-        state["entries"] = entries
-        return self.snapshot(rollout_id, state)
+        rollout_id = validate_rollout_id(rollout_id)
+        with self.transaction(rollout_id) as seen:
+            entries = tuple(self.decode(stored) for stored in seen.entries.values())
+        found = await super().freeze(rollout_id)
+        return dataclasses.replace(found, entries=entries)
 
 
 class CountedVersion(RelaxedFileStore):
@@ -54,8 +59,8 @@ class CountedVersion(RelaxedFileStore):
 
     breaks: ClassVar[str] = "MASK-3"
 
-    def bump(self, state: RolloutState) -> None:
-        state["version"] = len(state["entries"])
+    def bump(self, state: RolloutFileState) -> None:
+        state.version = len(state.entries)
 
 
 class DropRacesMark(RelaxedFileStore):
@@ -70,17 +75,15 @@ class DropRacesMark(RelaxedFileStore):
     anomaly: ClassVar[str] = "lost-ack"
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
-        with self.locked(rollout_id):
-            checked = self.load(rollout_id)
+        rollout_id = validate_rollout_id(rollout_id)
+        with self.transaction(rollout_id) as checked:
             if not self.matches(checked, snapshot_id, version):
                 return False
-        for call in checked["entries"]:
-            with self.locked(rollout_id):
-                state = self.load(rollout_id)
-                state["entries"].pop(call, None)
-                self.save(rollout_id, state)
-        with self.locked(rollout_id):
-            self.retire(rollout_id, checked)
+        for call in checked.entries:
+            with self.transaction(rollout_id) as state:
+                state.entries.pop(call, None)
+        with self.transaction(rollout_id) as state:
+            self.tombstone(state)
         return True
 
 
@@ -98,11 +101,11 @@ class LaggingVisibility(RelaxedFileStore):
         super().__init__(root)
         self._backlog: deque[tuple[float, TokenEntry]] = deque()
         self._wake = threading.Condition()
-        self._closed = False
+        self._closing = False
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
 
-    async def put(self, entry: TokenEntry) -> None:
+    def write(self, entry: TokenEntry) -> None:
         with self._wake:
             self._backlog.append((time.monotonic() + self.lag_seconds, entry))
             self._wake.notify()
@@ -110,31 +113,24 @@ class LaggingVisibility(RelaxedFileStore):
     def _drain(self) -> None:
         while True:
             with self._wake:
-                self._wake.wait_for(lambda: self._backlog or self._closed)
+                self._wake.wait_for(lambda: self._backlog or self._closing)
                 if not self._backlog:
                     return
                 due, entry = self._backlog[0]
             delay = due - time.monotonic()
-            if delay > 0 and not self._closed:
+            if delay > 0 and not self._closing:
                 time.sleep(delay)
-            self._write(entry)
+            with contextlib.suppress(Exception):  # Acked already: a refusal has nowhere to go.
+                super().write(entry)
             with self._wake:
                 self._backlog.popleft()
 
-    def _write(self, entry: TokenEntry) -> None:
-        payload = entry.to_json_bytes().decode("utf-8")
-        try:
-            with self.locked(entry.rollout_id):
-                state = self.load(entry.rollout_id)
-                self.apply_put(entry.rollout_id, state, entry.model_call_id, payload)
-        except Exception:
-            return  # The put was already acked; its refusal has nowhere to go.
-
     async def close(self) -> None:
         with self._wake:
-            self._closed = True
+            self._closing = True
             self._wake.notify()
         self._thread.join()
+        await super().close()
 
 
 class UnlockedReadModifyWrite(RelaxedFileStore):
@@ -148,48 +144,46 @@ class UnlockedReadModifyWrite(RelaxedFileStore):
     also: ClassVar[tuple[str, ...]] = ("FREEZE-5",)
     anomaly: ClassVar[str] = "lost-ack"
 
-    async def put(self, entry: TokenEntry) -> None:
-        rollout_id = entry.rollout_id
-        payload = entry.to_json_bytes().decode("utf-8")
-        state = self.load(rollout_id)
-        with self.locked(rollout_id):
-            self.apply_put(rollout_id, state, entry.model_call_id, payload)
+    def write(self, entry: TokenEntry) -> None:
+        state = self.load(entry.rollout_id)
+        with self.locked(entry.rollout_id), self.saving(entry.rollout_id, state):
+            self.apply_put(entry.rollout_id, state, entry.model_call_id, self.encode(entry))
 
 
-def _measure(runs: int = 20) -> None:
-    """Run the concurrency checks ``runs`` times against each mutant and print catch rates."""
-    import sys
-    import tempfile
+def _measure(names: Sequence[str], runs: int = 20) -> None:
+    """Print how often the kit fails exactly each named mutant's declared clauses.
 
-    from conformance.registry import checks_by_id
-    from conformance.runner import run_check
-    from conformance.settings import KitSettings
-    from conformance.violation import ClauseViolation
+    Each of ``runs`` kit runs (seeds 0, 1, ...) goes through :func:`zoo.run_kit` with the
+    mutant's own declared flags, narrowed by ``-k`` to the checks that judge or cover one of
+    its declared clauses.
+    """
+    from zoo import mutants, run_kit
 
-    wanted = [c for c in checks_by_id().values() if c.clause in ("FREEZE-5", "SPAWN-4")]
-    wanted += [c for c in checks_by_id().values() if "model-based" in c.slug]
-    names = sys.argv[1:] or list(__all__)
-    for name in names:
-        caught, clauses = 0, {}
+    from conformance.registry import all_checks
+
+    for mutant in mutants():
+        if mutant.name not in names:
+            continue
+        judging = [
+            found.id
+            for found in all_checks()
+            if set(mutant.expected) & {found.clause, *found.covers}
+        ]
+        selection = ["-k", " or ".join(judging)]
+        caught, exact, failed = 0, 0, Counter[str]()
         started = time.monotonic()
         for seed in range(runs):
-            settings = KitSettings(
-                sink=f"zoo_concurrency:{name}",
-                sink_kwargs={"root": tempfile.mkdtemp()},
-                seed=seed,
-            )
-            failed = []
-            for found in wanted:
-                try:
-                    run_check(settings, found)
-                except ClauseViolation as exc:
-                    failed.append(f"{found.id}->{exc.clause}")
-            caught += bool(failed)
-            for key in failed:
-                clauses[key] = clauses.get(key, 0) + 1
+            run = run_kit(mutant, [f"--tokcap-seed={seed}", *selection])
+            caught += run.caught
+            exact += run.exact
+            failed.update(run.failed or [run.problem or "nothing"])
         elapsed = time.monotonic() - started
-        print(f"{name}: caught {caught}/{runs} in {elapsed:.0f}s; {clauses}", flush=True)
+        print(
+            f"{mutant.name}: caught {caught}/{runs}, exactly {exact}/{runs}, in {elapsed:.0f}s; "
+            f"failed {dict(failed)}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
-    _measure()
+    _measure(sys.argv[1:] or __all__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from base import BaseStore, RolloutState
+from base import BaseStore, RolloutFileState
 
 from tokcap_spec.protocols import TokenCaptureSnapshot
 
@@ -22,12 +22,12 @@ class DropsOnlyOwnSnapshots(BaseStore):
         super().__init__(root)
         self._handed_out: set[str] = set()
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
         found = super().snapshot(rollout_id, state)
         self._handed_out.add(found.snapshot_id)
         return found
 
-    def apply_drop(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def apply_drop(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         return snapshot_id in self._handed_out and super().apply_drop(state, snapshot_id, version)
 
 
@@ -40,7 +40,7 @@ class DropExpectsNextVersion(BaseStore):
 
     breaks: ClassVar[str] = "DROP-1"
 
-    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def matches(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         return super().matches(state, snapshot_id, version - 1)
 
 
@@ -52,7 +52,7 @@ class DropIgnoresVersion(BaseStore):
 
     breaks: ClassVar[str] = "DROP-2"
 
-    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def matches(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         return super().matches(state, snapshot_id, state.version)
 
 
@@ -65,7 +65,7 @@ class DropIgnoresSnapshotId(BaseStore):
 
     breaks: ClassVar[str] = "DROP-2"
 
-    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def matches(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         return super().matches(state, state.snapshot_id, version)
 
 
@@ -78,7 +78,7 @@ class DropsUnfrozen(BaseStore):
 
     breaks: ClassVar[str] = "DROP-2"
 
-    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def matches(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         if not state.frozen and not state.retired:
             return version == state.version
         return super().matches(state, snapshot_id, version)
@@ -92,8 +92,8 @@ class UnknownDropSucceeds(BaseStore):
 
     breaks: ClassVar[str] = "DROP-2"
 
-    def apply_drop(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
-        if state == RolloutState():
+    def apply_drop(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
+        if state == RolloutFileState():
             return True
         return super().apply_drop(state, snapshot_id, version)
 
@@ -107,7 +107,7 @@ class DropAcceptsNewerVersion(BaseStore):
 
     breaks: ClassVar[str] = "DROP-2"
 
-    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def matches(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         return version >= state.version and super().matches(state, snapshot_id, state.version)
 
 
@@ -120,7 +120,7 @@ class RefusedDropLosesRecords(BaseStore):
 
     breaks: ClassVar[str] = "DROP-3"
 
-    def apply_drop(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def apply_drop(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         matched = self.matches(state, snapshot_id, version)
         state.entries.clear()
         if matched:
@@ -137,7 +137,7 @@ class RefusedDropUnfreezes(BaseStore):
 
     breaks: ClassVar[str] = "DROP-3"
 
-    def apply_drop(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def apply_drop(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         if super().apply_drop(state, snapshot_id, version):
             return True
         state.frozen = False
@@ -154,7 +154,7 @@ class DropComparesFrozenVersion(BaseStore):
 
     breaks: ClassVar[str] = "DROP-4"
 
-    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def matches(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         return (
             state.frozen
             and not state.retired
@@ -172,18 +172,18 @@ class KeepsRecordsAfterDrop(BaseStore):
 
     breaks: ClassVar[str] = "DROP-5"
 
-    def tombstone(self, state: RolloutState) -> None:
+    def tombstone(self, state: RolloutFileState) -> None:
         state.retired = True
 
-    def refuse_retired(self, rollout_id: str, state: RolloutState) -> None:
+    def refuse_retired(self, rollout_id: str, state: RolloutFileState) -> None:
         pass
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if state.retired:
             BaseStore.refuse_retired(self, rollout_id, state)
         super().apply_put(rollout_id, state, call, payload)
 
-    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         if state.retired:
             BaseStore.refuse_retired(self, rollout_id, state)
         super().apply_mark(rollout_id, state, call)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from base import BaseStore, RolloutState
+from base import BaseStore, RolloutFileState
 
 
 class IgnoresIntents(BaseStore):
@@ -17,7 +17,7 @@ class IgnoresIntents(BaseStore):
 
     breaks: ClassVar[str] = "EXT-BEGIN-1"
 
-    def apply_begin(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_begin(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         self.refuse_retired(rollout_id, state)
 
 
@@ -30,7 +30,7 @@ class FirstLineIntents(BaseStore):
 
     breaks: ClassVar[str] = "EXT-BEGIN-1"
 
-    def apply_begin(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_begin(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         super().apply_begin(rollout_id, state, call.split("\n", 1)[0] or "-")
 
 
@@ -54,7 +54,7 @@ class DeleteKeepsFence(BaseStore):
 
     breaks: ClassVar[str] = "EXT-RETIRE-1"
 
-    def forget(self, state: RolloutState) -> None:
+    def forget(self, state: RolloutFileState) -> None:
         self.tombstone(state)
 
 
@@ -66,7 +66,7 @@ class RetireRefusesUnknown(BaseStore):
 
     breaks: ClassVar[str] = "EXT-RETIRE-1"
 
-    def tombstone(self, state: RolloutState) -> None:
-        if state == RolloutState():
+    def tombstone(self, state: RolloutFileState) -> None:
+        if state == RolloutFileState():
             raise KeyError("unknown rollout")
         super().tombstone(state)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from base import BaseStore, RolloutState
+from base import BaseStore, RolloutFileState
+from relaxed import RelaxedFileStore
 
 
 class LateWriteKeepsVersion(BaseStore):
@@ -16,7 +17,7 @@ class LateWriteKeepsVersion(BaseStore):
 
     breaks: ClassVar[str] = "FENCE-1"
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if state.frozen and not state.retired and call not in state.entries:
             state.entries[call] = payload
             return
@@ -32,14 +33,14 @@ class DiscardsLateWrites(BaseStore):
 
     breaks: ClassVar[str] = "FENCE-1"
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if state.frozen and not state.retired and call not in state.entries:
             return
         super().apply_put(rollout_id, state, call, payload)
 
 
-class RelaxedFenceJudgedStrict(BaseStore):
-    """FENCE-1: a correct relaxed fence, run with ``--tokcap-fence=strict``.
+class RelaxedFenceJudgedStrict(RelaxedFileStore):
+    """FENCE-1: the correct relaxed-fence baseline store, run with ``--tokcap-fence=strict``.
 
     A new call after freeze is stored under a new version, which the contract allows, but a
     framework that needs a strict fence declares it and must see the put refused.
@@ -47,13 +48,6 @@ class RelaxedFenceJudgedStrict(BaseStore):
 
     breaks: ClassVar[str] = "FENCE-1"
     flags: ClassVar[tuple[str, ...]] = ("--tokcap-fence=strict",)
-
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
-        if state.frozen and not state.retired and call not in state.entries:
-            state.entries[call] = payload
-            state.version += 1
-            return
-        super().apply_put(rollout_id, state, call, payload)
 
 
 class NoTombstone(BaseStore):
@@ -65,7 +59,7 @@ class NoTombstone(BaseStore):
 
     breaks: ClassVar[str] = "FENCE-2"
 
-    def tombstone(self, state: RolloutState) -> None:
+    def tombstone(self, state: RolloutFileState) -> None:
         self.forget(state)
 
 
@@ -78,12 +72,12 @@ class RetryAckedAfterDrop(BaseStore):
 
     breaks: ClassVar[str] = "FENCE-2"
 
-    def tombstone(self, state: RolloutState) -> None:
+    def tombstone(self, state: RolloutFileState) -> None:
         remembered = dict(state.entries)
         super().tombstone(state)
         state.entries.update(remembered)
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if state.entries.get(call) == payload:
             return
         super().apply_put(rollout_id, state, call, payload)

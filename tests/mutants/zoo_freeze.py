@@ -6,7 +6,7 @@ import os
 import uuid
 from typing import Any, ClassVar
 
-from base import BaseStore, RolloutState
+from base import BaseStore, RolloutFileState
 
 from tokcap_spec.ids import validate_rollout_id
 from tokcap_spec.protocols import TokenCaptureSnapshot
@@ -33,7 +33,7 @@ class VersionAsString(BaseStore):
 
     breaks: ClassVar[str] = "FREEZE-1"
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
         return _with(super().snapshot(rollout_id, state), version=str(state.version))
 
 
@@ -46,7 +46,7 @@ class VersionNone(BaseStore):
 
     breaks: ClassVar[str] = "FREEZE-1"
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
         return _with(super().snapshot(rollout_id, state), version=None)
 
 
@@ -58,7 +58,7 @@ class EmptySnapshotId(BaseStore):
 
     breaks: ClassVar[str] = "FREEZE-1"
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
         return _with(super().snapshot(rollout_id, state), snapshot_id="")
 
 
@@ -71,7 +71,7 @@ class StorageKeyAsRolloutId(BaseStore):
 
     breaks: ClassVar[str] = "FREEZE-1"
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
         name = os.path.basename(self.state_path(rollout_id))
         return _with(super().snapshot(rollout_id, state), rollout_id=name)
 
@@ -85,7 +85,7 @@ class NewSnapshotIdEachFreeze(BaseStore):
 
     breaks: ClassVar[str] = "FREEZE-2"
 
-    def apply_freeze(self, rollout_id: str, state: RolloutState) -> None:
+    def apply_freeze(self, rollout_id: str, state: RolloutFileState) -> None:
         super().apply_freeze(rollout_id, state)
         state.snapshot_id = uuid.uuid4().hex
 
@@ -98,7 +98,7 @@ class FreezeBumpsVersion(BaseStore):
 
     breaks: ClassVar[str] = "FREEZE-2"
 
-    def apply_freeze(self, rollout_id: str, state: RolloutState) -> None:
+    def apply_freeze(self, rollout_id: str, state: RolloutFileState) -> None:
         state.version += 1
         super().apply_freeze(rollout_id, state)
 
@@ -117,11 +117,11 @@ class InstanceLocalSnapshotId(BaseStore):
         self._ids: dict[tuple[str, int], str] = {}
         self._dropping = ""
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
         local = self._ids.setdefault((rollout_id, state.version), uuid.uuid4().hex)
         return _with(super().snapshot(rollout_id, state), snapshot_id=local)
 
-    def apply_drop(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def apply_drop(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         known = self._ids.get((self._dropping, version))
         return known == snapshot_id and super().apply_drop(state, state.snapshot_id, version)
 
@@ -139,7 +139,7 @@ class DoubledEntries(BaseStore):
 
     breaks: ClassVar[str] = "FREEZE-3"
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
         found = super().snapshot(rollout_id, state)
         copies = tuple(self.decode(stored) for stored in state.entries.values())
         return _with(found, entries=found.entries + copies)
@@ -154,7 +154,7 @@ class UnknownIsIncomplete(BaseStore):
 
     breaks: ClassVar[str] = "FREEZE-4"
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
         found = super().snapshot(rollout_id, state)
         never_written = not state.entries and not state.intents and state.version == 0
         return _with(found, incomplete=True) if never_written else found

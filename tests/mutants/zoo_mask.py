@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import ClassVar
 
-from base import BaseStore, RolloutState
+from base import BaseStore, RolloutFileState
 
 from tokcap_spec.errors import RolloutFrozenError
 from tokcap_spec.protocols import TokenCaptureSnapshot
@@ -26,7 +26,7 @@ class IgnoresMark(BaseStore):
 
     breaks: ClassVar[str] = "MASK-1"
 
-    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         self.refuse_retired(rollout_id, state)
 
 
@@ -43,12 +43,12 @@ class InstanceLocalMark(BaseStore):
         super().__init__(root)
         self._marked: set[str] = set()
 
-    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         self.refuse_retired(rollout_id, state)
         self._marked.add(rollout_id)
         state.version += 1
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
         found = super().snapshot(rollout_id, state)
         return _incomplete(found) if rollout_id in self._marked else found
 
@@ -65,12 +65,12 @@ class ProcessLocalMark(BaseStore):
 
     breaks: ClassVar[str] = "MASK-1"
 
-    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         self.refuse_retired(rollout_id, state)
         _MARKED.add((self.root, rollout_id))
         state.version += 1
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> TokenCaptureSnapshot:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
         found = super().snapshot(rollout_id, state)
         return _incomplete(found) if (self.root, rollout_id) in _MARKED else found
 
@@ -83,7 +83,7 @@ class PutClearsIncomplete(BaseStore):
 
     breaks: ClassVar[str] = "MASK-2"
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         before = state.version
         super().apply_put(rollout_id, state, call, payload)
         if state.version != before:
@@ -98,7 +98,7 @@ class MarkToggles(BaseStore):
 
     breaks: ClassVar[str] = "MASK-2"
 
-    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         self.refuse_retired(rollout_id, state)
         state.incomplete = not state.incomplete
         state.version += 1
@@ -129,7 +129,7 @@ class IgnoresMarkAfterFreeze(BaseStore):
 
     breaks: ClassVar[str] = "MASK-3"
 
-    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         if state.frozen and not state.retired:
             return
         super().apply_mark(rollout_id, state, call)
@@ -143,7 +143,7 @@ class RefusesMarkAfterFreeze(BaseStore):
 
     breaks: ClassVar[str] = "MASK-3"
 
-    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         if state.frozen and not state.retired:
             raise RolloutFrozenError(f"rollout {rollout_id!r} is frozen")
         super().apply_mark(rollout_id, state, call)
@@ -158,7 +158,7 @@ class MarkKeepsVersion(BaseStore):
 
     breaks: ClassVar[str] = "MASK-3"
 
-    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         self.refuse_retired(rollout_id, state)
         state.incomplete = True
 
@@ -173,7 +173,7 @@ class ConflictKeptFirst(BaseStore):
     breaks: ClassVar[str] = "MASK-4"
     also: ClassVar[tuple[str, ...]] = ("PUT-4",)
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if call in state.entries and not state.retired:
             return
         super().apply_put(rollout_id, state, call, payload)
@@ -188,7 +188,7 @@ class MaskDiscardsEntries(BaseStore):
 
     breaks: ClassVar[str] = "MASK-5"
 
-    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         super().apply_mark(rollout_id, state, call)
         state.entries.clear()
 
@@ -201,7 +201,7 @@ class MaskedNeverDrops(BaseStore):
 
     breaks: ClassVar[str] = "MASK-5"
 
-    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def matches(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         return not state.incomplete and super().matches(state, snapshot_id, version)
 
 
@@ -214,7 +214,7 @@ class RequiresMarkCallId(BaseStore):
 
     breaks: ClassVar[str] = "MASK-6"
 
-    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         if not call:
             raise ValueError("model_call_id must not be empty")
         super().apply_mark(rollout_id, state, call)
@@ -229,7 +229,7 @@ class MarkerFilePerCall(BaseStore):
 
     breaks: ClassVar[str] = "MASK-6"
 
-    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         super().apply_mark(rollout_id, state, call)
         folder = os.path.join(self.root, "marks", self.key(rollout_id))
         os.makedirs(folder, exist_ok=True)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
-from base import BaseStore, RolloutState
+from base import BaseStore, RolloutFileState
 
 from tokcap_spec.errors import ConflictingEntryError
 from tokcap_spec.records import TokenEntry
@@ -25,46 +25,36 @@ class BuffersUntilClose(BaseStore):
     """
 
     breaks: ClassVar[str] = "PUT-1"
+    group_size: ClassVar[int] = 0
+    """How many buffered puts are written together before close; 0 waits for close."""
 
     def __init__(self, root: str) -> None:
         super().__init__(root)
         self._pending: list[TokenEntry] = []
 
-    async def put(self, entry: TokenEntry) -> None:
+    def write(self, entry: TokenEntry) -> None:
         self._pending.append(entry)
+        if len(self._pending) == self.group_size:
+            self._commit()
 
-    async def close(self) -> None:
+    def _commit(self) -> None:
         pending, self._pending = self._pending, []
         for entry in pending:
-            await BaseStore.put(self, entry)
+            super().write(entry)
+
+    async def close(self) -> None:
+        self._commit()
         await super().close()
 
 
-class GroupCommit(BaseStore):
+class GroupCommit(BuffersUntilClose):
     """PUT-1: puts are written in groups of four; the last partial group waits for close.
 
     Group commit amortizes fsync, but acks each put before its group is written.
     """
 
     breaks: ClassVar[str] = "PUT-1"
-
-    def __init__(self, root: str) -> None:
-        super().__init__(root)
-        self._group: list[TokenEntry] = []
-
-    async def put(self, entry: TokenEntry) -> None:
-        self._group.append(entry)
-        if len(self._group) == 4:
-            await self._commit()
-
-    async def _commit(self) -> None:
-        group, self._group = self._group, []
-        for entry in group:
-            await BaseStore.put(self, entry)
-
-    async def close(self) -> None:
-        await self._commit()
-        await super().close()
+    group_size: ClassVar[int] = 4
 
 
 class CommitsInBackgroundTask(BaseStore):
@@ -212,7 +202,7 @@ class AppendsDuplicates(BaseStore):
 
     breaks: ClassVar[str] = "PUT-3"
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if state.entries.get(call) == payload and not state.retired:
             state.entries[f"{call}\x00copy{len(state.entries)}"] = payload
             state.version += 1
@@ -229,7 +219,7 @@ class ReputIsConflict(BaseStore):
 
     breaks: ClassVar[str] = "PUT-3"
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if call in state.entries and not state.retired:
             state.incomplete = True
             state.version += 1
@@ -246,7 +236,7 @@ class ReputAfterFreezeMovesVersion(BaseStore):
 
     breaks: ClassVar[str] = "PUT-3"
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         if state.frozen and not state.retired and state.entries.get(call) == payload:
             state.version += 1
             return
@@ -263,7 +253,7 @@ class LastWriterWins(BaseStore):
     breaks: ClassVar[str] = "PUT-4"
     also: ClassVar[tuple[str, ...]] = ("MASK-4",)
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         known = state.entries.get(call)
         if known is not None and known != payload and not state.retired:
             state.entries[call] = payload
@@ -314,7 +304,7 @@ class MarksByTask(BaseStore):
         with self.transaction(self.task(rollout_id)) as task:
             task.incomplete = True
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> Any:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> Any:
         found = super().snapshot(rollout_id, state)
         if self.load(self.task(rollout_id)).incomplete and not found.incomplete:
             return type(found)(
@@ -340,7 +330,7 @@ class StoreWideVersion(BaseStore):
         return self.load(_COUNTER).version
 
     @contextmanager
-    def transaction(self, rollout_id: str) -> Iterator[RolloutState]:
+    def transaction(self, rollout_id: str) -> Iterator[RolloutFileState]:
         with super().transaction(rollout_id) as state:
             before = state.version
             try:
@@ -350,7 +340,7 @@ class StoreWideVersion(BaseStore):
                     with super().transaction(_COUNTER) as counter:
                         counter.version += 1
 
-    def apply_freeze(self, rollout_id: str, state: RolloutState) -> None:
+    def apply_freeze(self, rollout_id: str, state: RolloutFileState) -> None:
         self.refuse_retired(rollout_id, state)
         state.frozen = True
         current = self.global_version()
@@ -358,7 +348,7 @@ class StoreWideVersion(BaseStore):
             state.snapshot_id = uuid.uuid4().hex
             state.snapshot_version = current
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> Any:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> Any:
         found = super().snapshot(rollout_id, state)
         return type(found)(
             found.rollout_id,
@@ -368,7 +358,7 @@ class StoreWideVersion(BaseStore):
             self.global_version(),
         )
 
-    def matches(self, state: RolloutState, snapshot_id: str, version: int) -> bool:
+    def matches(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         current = self.global_version()
         return (
             state.frozen
@@ -416,6 +406,6 @@ class SanitizedCallIdKeys(BaseStore):
 
     breaks: ClassVar[str] = "PUT-6"
 
-    def apply_put(self, rollout_id: str, state: RolloutState, call: str, payload: str) -> None:
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         key = call.replace("/", "_").replace("\\", "_")
         super().apply_put(rollout_id, state, key, payload)

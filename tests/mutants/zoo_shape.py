@@ -6,7 +6,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
-from base import BaseStore, RolloutState
+from base import BaseStore, RolloutFileState
 
 from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry
@@ -69,7 +69,7 @@ class LeanSnapshot(BaseStore):
 
     breaks: ClassVar[str] = "SHAPE-1"
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> Any:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> Any:
         full = super().snapshot(rollout_id, state)
         return _LeanSnapshot(full.rollout_id, full.entries, full.snapshot_id, full.version)
 
@@ -148,7 +148,7 @@ class LiveSnapshotView(BaseStore):
 
     breaks: ClassVar[str] = "SHAPE-3"
 
-    def snapshot(self, rollout_id: str, state: RolloutState) -> Any:
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> Any:
         full = super().snapshot(rollout_id, state)
         view = _VIEWS.setdefault((self.root, rollout_id), _LiveView(rollout_id))
         view.entries = full.entries
@@ -157,7 +157,7 @@ class LiveSnapshotView(BaseStore):
         view.version = full.version
         return view
 
-    def apply_mark(self, rollout_id: str, state: RolloutState, call: str) -> None:
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         super().apply_mark(rollout_id, state, call)
         view = _VIEWS.get((self.root, rollout_id))
         if view is not None:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import fcntl
 import json
 import os
 from collections.abc import Iterator
 from typing import IO, ClassVar
 
-from base import BaseStore, RolloutState
+from base import BaseStore, RolloutFileState
 
 from tokcap_spec.protocols import installed_token_sink
 
@@ -107,11 +106,11 @@ class ProcessMemoryRecords(BaseStore):
 
     breaks: ClassVar[str] = "SPAWN-3"
 
-    def load(self, rollout_id: str) -> RolloutState:
+    def load(self, rollout_id: str) -> RolloutFileState:
         stored = _RECORDS.get(self.state_path(rollout_id))
-        return RolloutState() if stored is None else RolloutState(**json.loads(stored))
+        return RolloutFileState() if stored is None else RolloutFileState(**json.loads(stored))
 
-    def save(self, rollout_id: str, state: RolloutState) -> None:
+    def save(self, rollout_id: str, state: RolloutFileState) -> None:
         if state.deleted:
             _RECORDS.pop(self.state_path(rollout_id), None)
         else:
@@ -144,11 +143,5 @@ class UnlockedWrites(BaseStore):
     also: ClassVar[tuple[str, ...]] = ("FREEZE-5",)
 
     @contextlib.contextmanager
-    def transaction(self, rollout_id: str) -> Iterator[RolloutState]:
-        state = self.load(rollout_id)
-        before = copy.deepcopy(state)
-        try:
-            yield state
-        finally:
-            if state != before:
-                self.save(rollout_id, state)
+    def locked(self, rollout_id: str) -> Iterator[None]:
+        yield
