@@ -14,7 +14,7 @@ from conformance.reading import entry_view
 from tokcap_spec.errors import RolloutRetiredError
 
 MUTANTS = Path(__file__).parents[1] / "mutants"
-RELAXED = "relaxed:RelaxedFileStore"
+RELAXED = "base:RelaxedFileStore"
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +72,7 @@ class TestWorkload:
 class TestRecorder:
     def test_retire_freezes_then_drops(self, tmp_path: Path) -> None:
         """Retire logs a freeze and the drop of exactly the pair it returned."""
-        from relaxed import RelaxedFileStore
+        from base import RelaxedFileStore
 
         store = RelaxedFileStore(str(tmp_path))
         recorder = Recorder("here")
@@ -84,7 +84,7 @@ class TestRecorder:
 
     def test_a_raising_operation_is_a_fail(self, tmp_path: Path) -> None:
         """An operation that raises is logged as fail with its error type, never raised."""
-        from relaxed import RelaxedFileStore
+        from base import RelaxedFileStore
 
         store = RelaxedFileStore(str(tmp_path))
         recorder = Recorder("here")

@@ -130,7 +130,7 @@ class TestModelBasedCheck:
     def test_passes_a_relaxed_store(self, tmp_path: Path) -> None:
         """Random programs against a correct relaxed-fence store raise nothing."""
         check = checks_by_id()["model-based"]
-        run_check(self.settings("relaxed:RelaxedFileStore", tmp_path), check)
+        run_check(self.settings("base:RelaxedFileStore", tmp_path), check)
 
     def test_prints_the_shrunk_program(self, tmp_path: Path) -> None:
         """A version counted from entries fails MASK-3 with the short program that shows it."""

@@ -13,7 +13,7 @@ Promises, per rollout:
   bumps the version and raises :class:`ConflictingEntryError`. A new call after ``freeze``
   raises :class:`RolloutFrozenError` under the strict fence (``fence = "strict"``, the
   default) and is stored with a version bump under the relaxed one (``fence = "relaxed"``,
-  :class:`relaxed.RelaxedFileStore`), so the earlier snapshot no longer drops.
+  :class:`RelaxedFileStore`), so the earlier snapshot no longer drops.
 * ``mark_incomplete`` is sticky, bumps the version and works after ``freeze``.
 * ``begin_call`` records an intent; an intent with no entry at freeze makes it incomplete.
   After ``freeze`` a new intent is refused or recorded as a new call is.
@@ -46,7 +46,7 @@ from tokcap_spec.ids import validate_rollout_id
 from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry
 
-__all__ = ["BaseStore", "RolloutFileState"]
+__all__ = ["BaseStore", "RelaxedFileStore", "RolloutFileState"]
 
 
 @dataclass
@@ -313,3 +313,13 @@ def _rollout_ids(rollout_ids: Iterable[str]) -> list[str]:
     if isinstance(rollout_ids, str):
         raise TypeError(f"expected an iterable of rollout ids, got the string {rollout_ids!r}")
     return [validate_rollout_id(rollout_id) for rollout_id in rollout_ids]
+
+
+class RelaxedFileStore(BaseStore):
+    """The correct baseline store with a relaxed fence (``base:RelaxedFileStore``).
+
+    A put of a new call after ``freeze`` is stored and moves the version, so dropping the
+    earlier snapshot returns False (FENCE-1, relaxed).
+    """
+
+    fence: ClassVar[Literal["strict", "relaxed"]] = "relaxed"

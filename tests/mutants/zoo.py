@@ -1,7 +1,7 @@
 """The mutant zoo: every broken store in the ``zoo_*`` modules, what it must fail, the kit runner.
 
 Each mutant is a subclass of the baseline store :class:`base.BaseStore` (or of its relaxed
-fence, :class:`relaxed.RelaxedFileStore`) that overrides the one step it breaks, with a
+fence, :class:`base.RelaxedFileStore`) that overrides the one step it breaks, with a
 docstring that says what it breaks and how a real transport ends up like that, and with its
 judgment declared as class data that :func:`mutants` reads and no runner adds to:
 
@@ -79,7 +79,7 @@ class Mutant(JudgedStore):
 
 CORRECT = (
     JudgedStore("BaseStore", "base:BaseStore", ("--tokcap-fence=strict",)),
-    JudgedStore("RelaxedFileStore", "relaxed:RelaxedFileStore"),
+    JudgedStore("RelaxedFileStore", "base:RelaxedFileStore"),
     JudgedStore(
         "MemoryTokenStore",
         "reference.memory_store:MemoryTokenStore",

@@ -17,8 +17,7 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from typing import ClassVar
 
-from base import BaseStore, RolloutFileState
-from relaxed import RelaxedFileStore
+from base import BaseStore, RelaxedFileStore, RolloutFileState
 
 from tokcap_spec.ids import validate_rollout_id
 from tokcap_spec.protocols import TokenCaptureSnapshot

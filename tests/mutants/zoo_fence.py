@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from base import BaseStore, RolloutFileState
-from relaxed import RelaxedFileStore
+from base import BaseStore, RelaxedFileStore, RolloutFileState
 
 
 class LateWriteKeepsVersion(BaseStore):
