@@ -59,8 +59,9 @@ Build = tuple[str, str, dict[str, Any]]
 class WorkerOutcome:
     """What one child reported, or what the parent saw of it.
 
-    ``stage`` is ``ok``, ``build`` (it built no endpoint to run on), ``operation`` (a call
-    raised, or the child died or was stopped) or ``hung`` (a call overran the deadline).
+    ``stage`` is ``ok``, ``build`` (it could not build its endpoints, or waited for a child
+    that could not), ``operation`` (a call raised, or the child died or was stopped) or
+    ``hung`` (a call overran the deadline).
     ``acked`` counts the calls acknowledged before that; ``events`` holds what a history lane
     recorded.
     """
