@@ -17,7 +17,7 @@ from conformance.context import Endpoint, Kit
 from conformance.history.checker import check_history
 from conformance.history.events import Event
 from conformance.history.model import Rules
-from conformance.history.record import Action, Lane, Recorder, Target, Workload
+from conformance.history.record import Action, Lane, LaneTargets, Recorder, Workload
 from conformance.history.timeline import write_timeline
 from conformance.profiles import Budget, budget
 from conformance.reading import entry_view
@@ -27,9 +27,9 @@ from conformance.violation import NotClaimed
 PROCESS_LOCAL = "the target declares process-local: it does not claim to serve spawned workers"
 
 
-def _target(kit: Kit) -> Target:
+def _target(kit: Kit) -> LaneTargets:
     settings = kit.settings
-    return Target(
+    return LaneTargets(
         settings.sink,
         dict(settings.sink_kwargs),
         settings.source,

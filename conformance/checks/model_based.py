@@ -29,7 +29,7 @@ from hypothesis.stateful import (
 from conformance.context import Kit
 from conformance.entries import EntryFactory
 from conformance.history.events import Event
-from conformance.history.model import RolloutState, Rules, init, step
+from conformance.history.model import ModelRollout, Rules, init, step
 from conformance.history.record import Recorder
 from conformance.profiles import budget
 from conformance.registry import check
@@ -53,7 +53,7 @@ def _program(kit: Kit, rules: Rules) -> type[RuleBasedStateMachine]:
             base = kit.rollout_id("m")
             self.rollouts = [f"{base}-x", f"{base}-X", f"{base}.x", f"{base}_x"]
             self.sink, self.source = kit.sink(), kit.source()
-            self.states: dict[str, tuple[RolloutState, ...]] = {r: (init(),) for r in self.rollouts}
+            self.states: dict[str, tuple[ModelRollout, ...]] = {r: (init(),) for r in self.rollouts}
             self.put_entries: dict[str, list[Any]] = {r: [] for r in self.rollouts}
             self.intents: dict[str, list[str]] = {r: [] for r in self.rollouts}
             self.recorder = Recorder("program")
@@ -69,7 +69,7 @@ def _program(kit: Kit, rules: Rules) -> type[RuleBasedStateMachine]:
 
         def _judge(self, line: str, event: Event) -> None:
             self.lines.append(f"{line}  # {event.describe()}")
-            found: list[RolloutState] = []
+            found: list[ModelRollout] = []
             refusals = []
             for state in self.states[event.rollout_id]:
                 following, refusal = step(rules, state, event)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from conformance.history.events import Event
-from conformance.history.model import Refusal, RolloutState, Rules, init, step
+from conformance.history.model import ModelRollout, Refusal, Rules, init, step
 
 __all__ = ["Anomaly", "Verdict", "check_history"]
 
@@ -278,12 +278,12 @@ def _search(
     """Look for a legal linearization; (True, None), (False, anomaly) or (None, None)."""
     count = len(events)
     required = sum(1 << i for i, event in enumerate(events) if event.outcome != "unknown")
-    failed: set[tuple[int, RolloutState]] = set()
+    failed: set[tuple[int, ModelRollout]] = set()
     path: list[Event] = []
     deepest: list[tuple[int, Refusal, tuple[Event, ...]]] = []
     steps = 0
 
-    def search(done: int, state: RolloutState) -> bool:
+    def search(done: int, state: ModelRollout) -> bool:
         nonlocal steps
         if done & required == required:
             return True

@@ -26,7 +26,7 @@ from typing import Literal
 
 from conformance.history.events import Event, Pair
 
-__all__ = ["Refusal", "RolloutState", "Rules", "Step", "init", "step"]
+__all__ = ["ModelRollout", "Refusal", "Rules", "Step", "init", "step"]
 
 Fence = Literal["any", "strict", "relaxed"]
 
@@ -49,7 +49,7 @@ class Rules:
 
 
 @dataclass(frozen=True)
-class RolloutState:
+class ModelRollout:
     """What a rollout holds, abstractly. Hashable, so a checker can memoize on it."""
 
     entries: tuple[tuple[str, str], ...] = ()
@@ -91,18 +91,18 @@ class Refusal:
     reason: str
 
 
-Step = tuple[tuple[RolloutState, ...], Refusal | None]
+Step = tuple[tuple[ModelRollout, ...], Refusal | None]
 """The possible next states (empty when refused) and, when empty, why."""
 
 
-def init() -> RolloutState:
+def init() -> ModelRollout:
     """A rollout nobody has written: empty, clean, never frozen."""
-    return RolloutState()
+    return ModelRollout()
 
 
-def step(rules: Rules, state: RolloutState, event: Event) -> Step:
+def step(rules: Rules, state: ModelRollout, event: Event) -> Step:
     """Return every state ``state`` may move to under ``event``, or why none exists."""
-    handlers: dict[str, Callable[[Rules, RolloutState, Event, str], Step]] = {
+    handlers: dict[str, Callable[[Rules, ModelRollout, Event, str], Step]] = {
         "put": _put,
         "mark": _mark,
         "begin": _begin,
@@ -113,18 +113,18 @@ def step(rules: Rules, state: RolloutState, event: Event) -> Step:
     if event.outcome != "unknown":
         return handler(rules, state, event, event.outcome)
     # An operation that never completed may have taken effect or not.
-    states: list[RolloutState] = [state]
+    states: list[ModelRollout] = [state]
     for outcome in ("ok", "fail"):
         found, _ = handler(rules, state, event, outcome)
         states.extend(found)
     return _unique(states), None
 
 
-def _unique(states: list[RolloutState]) -> tuple[RolloutState, ...]:
+def _unique(states: list[ModelRollout]) -> tuple[ModelRollout, ...]:
     return tuple(dict.fromkeys(states))
 
 
-def _ok(*states: RolloutState) -> Step:
+def _ok(*states: ModelRollout) -> Step:
     return _unique(list(states)), None
 
 
@@ -132,7 +132,7 @@ def _refuse(clause: str, anomaly: str, reason: str) -> Step:
     return (), Refusal(clause, anomaly, reason)
 
 
-def _changed(state: RolloutState, by: str, **changes: object) -> RolloutState:
+def _changed(state: ModelRollout, by: str, **changes: object) -> ModelRollout:
     return replace(
         state,
         epoch=state.epoch + 1,
@@ -142,13 +142,13 @@ def _changed(state: RolloutState, by: str, **changes: object) -> RolloutState:
     )
 
 
-def _with_entry(state: RolloutState, call_id: str, digest: str) -> tuple[tuple[str, str], ...]:
+def _with_entry(state: ModelRollout, call_id: str, digest: str) -> tuple[tuple[str, str], ...]:
     entries = dict(state.entries)
     entries[call_id] = digest
     return tuple(sorted(entries.items()))
 
 
-def _put(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step:
+def _put(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step:
     known = state.payload(event.call_id)
     if outcome == "fail":
         if state.dropped:
@@ -194,7 +194,7 @@ def _put(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step:
     )
 
 
-def _mark(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step:
+def _mark(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step:
     if outcome == "fail":
         if state.dropped:
             return _ok(state)
@@ -202,7 +202,7 @@ def _mark(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step
     return _ok(_changed(state, "mark", incomplete=True))
 
 
-def _begin(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step:
+def _begin(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step:
     if outcome == "fail":
         if state.dropped or state.fenced:
             return _ok(state)
@@ -213,7 +213,7 @@ def _begin(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Ste
     return _ok(replace(state, intents=intents), _changed(state, "begin", intents=intents))
 
 
-def _freeze(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step:
+def _freeze(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step:
     if outcome == "fail":
         if state.dropped:
             return _ok(state)
@@ -258,7 +258,7 @@ _STUCK_BY = {"put": "FENCE-1", "mark": "MASK-3"}
 """The clause a version that did not move after a freeze breaks, by what changed the state."""
 
 
-def _content_refusal(state: RolloutState, event: Event) -> Refusal | None:
+def _content_refusal(state: ModelRollout, event: Event) -> Refusal | None:
     calls = [call for call, _ in event.entries]
     if len(set(calls)) != len(calls):
         twice = sorted({call for call in calls if calls.count(call) > 1})
@@ -291,7 +291,7 @@ def _content_refusal(state: RolloutState, event: Event) -> Refusal | None:
     return None
 
 
-def _drop(rules: Rules, state: RolloutState, event: Event, outcome: str) -> Step:
+def _drop(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step:
     if outcome == "fail":
         if state.dropped:
             return _ok(state)

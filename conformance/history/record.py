@@ -1,31 +1,30 @@
 """Recording concurrent histories: lanes of operations in spawned interpreters and here.
 
-Each lane is a list of planned actions run in order by one process. A spawned lane builds its
-own sink and source from the target strings and kwargs alone, as a serving process does. Every
-operation is logged as an :class:`Event` with its invocation and completion read from
+Each lane is a list of planned actions run in order by one process. A spawned lane is a job
+of the kit's spawned-worker harness (:mod:`conformance.workers`): it builds the sink and the
+source its actions need from the target strings and kwargs alone, as a serving process does.
+Every operation is logged as an :class:`Event` with its invocation and completion read from
 ``time.monotonic_ns()``, which is one clock for every process of a Linux machine, so events
 from different lanes order in real time. A ``wait`` action holds a lane until the lanes
-together have completed a number of writes, which places freezes in the middle of the writes
-without sleeping.
+together have made a number of steps (writes and signals), which places freezes in the middle
+of the writes without sleeping.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import Connection
 from typing import Any, Literal, TypeVar
 
 from conformance.history.events import Event, Kind, Pair, digest
 from conformance.reading import entry_view, read_snapshot
-from conformance.secrecy import keep, scrub
+from conformance.secrecy import scrub
 from conformance.settings import DEFAULT_ENTRY_CLASS
-from conformance.workers import STRAGGLE, Progress, Supervisor, breaker_check, constructor
+from conformance.workers import Build, Built, Meeting, Progress, Supervisor, WorkerOutcome
 
-__all__ = ["Action", "Lane", "Recorder", "Target", "Workload"]
+__all__ = ["Action", "Lane", "LaneTargets", "Recorder", "Workload"]
 
 T = TypeVar("T")
 
@@ -38,8 +37,7 @@ class Action:
     ``freeze``, ``drop`` (with the pair of this lane's latest freeze of the rollout),
     ``retire`` (freeze then drop, up to ``count`` times until a drop returns True), ``wait``
     (until the lanes together have made ``count`` steps: completed writes and signals) or
-    ``signal`` (count one step, so that a lane
-    waiting for it starts at this instant).
+    ``signal`` (count one step, so that a lane waiting for it starts at this instant).
     """
 
     kind: Literal["put", "mark", "freeze", "drop", "retire", "wait", "signal"]
@@ -58,8 +56,9 @@ class Lane:
 
 
 @dataclass(frozen=True)
-class Target:
-    """What every lane builds: the sink and source targets with their kwargs."""
+class LaneTargets:
+    """What the lanes build their endpoints from: the sink and source targets, their kwargs
+    and the entry class."""
 
     sink: str
     sink_kwargs: dict[str, Any] = field(repr=False)
@@ -163,86 +162,57 @@ class Recorder:
                 return
 
 
-def _lane_main(
-    target: Target, lane: Lane, barrier: Any, steps: Any, ready: Any, conn: Connection
-) -> None:
-    from conformance.context import build_endpoint
-    from conformance.entries import load_entry_class
-
-    keep(target.sink_kwargs)
-    keep(target.source_kwargs)
-    progress = Progress(conn)
-    kinds = {action.kind for action in lane.actions}
-    try:
-        build = load_entry_class(target.entry_class)
-        sink = source = None
-        if kinds & {"put", "mark"}:
-            progress.call(constructor(target.sink))
-            sink = build_endpoint(target.sink, target.sink_kwargs, "sink")
-        if kinds & {"freeze", "drop", "retire"}:
-            progress.call(constructor(target.source))
-            source = build_endpoint(target.source, target.source_kwargs, "source")
-    except Exception as exc:
-        barrier.abort()
-        error = scrub(f"{type(exc).__name__}: {exc}")
-        progress.result(([], f"{lane.name} could not build its endpoints: {error}"))
-        return
-    progress.ready()
-    try:
-        barrier.wait(timeout=STRAGGLE)
-    except Exception:
-        progress.result(([], ""))  # Another lane failed to build and says so.
-        return
-
-    def advance() -> None:
-        with ready:
-            steps.value += 1
-            ready.notify_all()
-
-    async def run() -> list[Event]:
-        recorder = Recorder(lane.name, progress=progress)
-        try:
-            for action in lane.actions:
-                if action.kind == "wait":
-                    progress.idle()
-                    with ready:
-                        goal = action.count
-                        ready.wait_for(lambda: steps.value >= goal, STRAGGLE)  # noqa: B023
-                elif action.kind == "signal":
-                    advance()
-                elif action.kind == "put":
-                    await recorder.put(sink, build(**json.loads(action.payload)))
-                    advance()
-                elif action.kind == "mark":
-                    await recorder.mark(sink, action.rollout_id, action.call_id)
-                    advance()
-                elif action.kind == "freeze":
-                    await recorder.freeze(source, action.rollout_id)
-                elif action.kind == "drop":
-                    pair = recorder.frozen.get(action.rollout_id)
-                    if pair is not None:
-                        await recorder.drop(source, action.rollout_id, pair)
-                else:
-                    await recorder.retire(source, action.rollout_id, action.count)
-        finally:
-            for endpoint in (sink, source):
-                if endpoint is not None:
-                    progress.call("close")
-                    await endpoint.close()
-        return recorder.events
-
-    try:
-        progress.result((asyncio.run(run()), ""))
-    except Exception as exc:
-        with ready:
-            # A lane that stops early must not leave the others waiting for its writes.
-            steps.value = 2**62
-            ready.notify_all()
-        progress.result(([], scrub(f"{lane.name} stopped: {type(exc).__name__}: {exc}")))
-
-
 _NEEDS: dict[str, tuple[str, ...]] = {"put": ("put",), "mark": ("mark_incomplete",)}
 _NEEDS.update(freeze=("freeze",), drop=("drop",), retire=("freeze", "drop"))
+
+
+@dataclass(frozen=True)
+class _LaneJob:
+    """One lane as a spawned child's job: it builds the endpoints its actions need."""
+
+    lane: Lane
+    targets: LaneTargets
+
+    @property
+    def entry_class(self) -> str:
+        return self.targets.entry_class
+
+    def endpoints(self) -> tuple[Build, ...]:
+        kinds = {action.kind for action in self.lane.actions}
+        targets, builds = self.targets, list[Build]()
+        if kinds & {"put", "mark"}:
+            builds.append(("sink", targets.sink, targets.sink_kwargs))
+        if kinds & {"freeze", "drop", "retire"}:
+            builds.append(("source", targets.source, targets.source_kwargs))
+        return tuple(builds)
+
+    def calls(self) -> set[str]:
+        return {name for action in self.lane.actions for name in _NEEDS.get(action.kind, ())}
+
+    async def run(self, built: Built, progress: Progress, meeting: Meeting) -> WorkerOutcome:
+        recorder = Recorder(self.lane.name, progress=progress)
+        sink, source = built.sink, built.source
+        for action in self.lane.actions:
+            if action.kind == "wait":
+                progress.idle()
+                meeting.reach(action.count)
+            elif action.kind == "signal":
+                meeting.advance()
+            elif action.kind == "put":
+                await recorder.put(sink, built.entry(**json.loads(action.payload)))
+                meeting.advance()
+            elif action.kind == "mark":
+                await recorder.mark(sink, action.rollout_id, action.call_id)
+                meeting.advance()
+            elif action.kind == "freeze":
+                await recorder.freeze(source, action.rollout_id)
+            elif action.kind == "drop":
+                pair = recorder.frozen.get(action.rollout_id)
+                if pair is not None:
+                    await recorder.drop(source, action.rollout_id, pair)
+            else:
+                await recorder.retire(source, action.rollout_id, action.count)
+        return WorkerOutcome("ok", events=recorder.events)
 
 
 class Workload:
@@ -254,40 +224,16 @@ class Workload:
     lane that overruns or dies stops every other lane: the history is incomplete anyway.
     """
 
-    def __init__(self, target: Target, lanes: list[Lane]) -> None:
-        self.target = target
-        self.lanes = lanes
-        self._supervisor = Supervisor(on_problem=self._stop)
-        context = self._supervisor.context
-        self._barrier = context.Barrier(len(lanes) + 1)
-        # No lock of its own: lanes change it under ``ready``, and a lane killed mid-update must
-        # not leave a lock the parent's reads would wait on forever.
-        self._steps = context.Value("q", 0, lock=False)
-        self._ready = context.Condition()
-
-    def _stop(self, supervisor: Supervisor) -> None:
-        supervisor.stop_all("another lane overran or died")
-        self._barrier.abort()
+    def __init__(self, targets: LaneTargets, lanes: list[Lane]) -> None:
+        self._supervisor = Supervisor(
+            [(lane.name, _LaneJob(lane, targets)) for lane in lanes],
+            start_together=True,
+            stop_siblings="another lane overran or died",
+        )
 
     def start(self) -> None:
         """Spawn every lane and wait until all of them have built their endpoints."""
-        needs = {
-            name for lane in self.lanes for a in lane.actions for name in _NEEDS.get(a.kind, ())
-        }
-        breaker_check(needs | {constructor(self.target.sink), constructor(self.target.source)})
-        for lane in self.lanes:
-            self._supervisor.spawn(
-                lane.name, _lane_main, self.target, lane, self._barrier, self._steps, self._ready
-            )
-        children = self._supervisor.children
-        self._supervisor.watch(until=lambda: all(child.ready or child.over for child in children))
-        if all(child.ready for child in children):
-            try:
-                self._barrier.wait(timeout=STRAGGLE)
-            except Exception:
-                return  # A lane that failed to build reports why in finish().
-        else:
-            self._barrier.abort()
+        self._supervisor.start()
 
     def wait_for(self, writes: int) -> None:
         """Block until the lanes together have made ``writes`` steps (writes and signals).
@@ -295,17 +241,13 @@ class Workload:
         Returns at once when a lane failed to build, since then no lane runs, and as soon as
         every lane is over.
         """
-        if self._barrier.broken:
+        meeting = self._supervisor.meeting
+        if meeting.broken:
             return
-        self._supervisor.watch(until=lambda: self._steps.value >= writes)
+        self._supervisor.watch(until=lambda: meeting.steps.value >= writes)
 
     def finish(self) -> tuple[list[Event], list[str]]:
         """Wait for every lane; return all events and a line per lane that went wrong."""
-        events: list[Event] = []
-        problems: list[str] = []
-        for child in self._supervisor.finish():
-            lane_events, problem = child.result if child.reported else ([], child.problem)
-            events.extend(lane_events)
-            if problem:
-                problems.append(problem)
-        return events, problems
+        outcomes = self._supervisor.finish()
+        events = [event for outcome in outcomes for event in outcome.events]
+        return events, [outcome.error for outcome in outcomes if outcome.error]

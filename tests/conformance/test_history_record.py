@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conformance.entries import EntryFactory
-from conformance.history.record import Action, Lane, Recorder, Target, Workload
+from conformance.history.record import Action, Lane, LaneTargets, Recorder, Workload
 from conformance.reading import entry_view
 from tokcap_spec.errors import RolloutRetiredError
 
@@ -22,9 +22,9 @@ def _mutants(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(MUTANTS))
 
 
-def target(root: Path, kwargs: dict[str, object] | None = None) -> Target:
+def target(root: Path, kwargs: dict[str, object] | None = None) -> LaneTargets:
     given = kwargs if kwargs is not None else {"root": str(root)}
-    return Target(RELAXED, given, RELAXED, given)
+    return LaneTargets(RELAXED, given, RELAXED, given)
 
 
 def put_action(rollout: str, call: str) -> Action:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from conformance.history.events import Event
-from conformance.history.model import RolloutState, Rules, init, step
+from conformance.history.model import ModelRollout, Rules, init, step
 from conformance.registry import checks_by_id
 from conformance.runner import run_check
 from conformance.settings import KitSettings
@@ -23,12 +23,12 @@ def event(kind: Any, outcome: Any = "ok", **fields: Any) -> Event:
     return Event("t", 0, kind, "r", 0, 1, outcome, **fields)
 
 
-def run(rules: Rules, *events: Event, state: RolloutState | None = None) -> tuple[Any, ...]:
+def run(rules: Rules, *events: Event, state: ModelRollout | None = None) -> tuple[Any, ...]:
     """Step through ``events`` keeping every possible state; return (states, last refusal)."""
     states = (state or init(),)
     refusal = None
     for each in events:
-        following: list[RolloutState] = []
+        following: list[ModelRollout] = []
         for current in states:
             found, refusal = step(rules, current, each)
             following.extend(found)

@@ -15,7 +15,7 @@ import pytest
 from conformance import secrecy
 from conformance.deadline import Watch, breaker, watched
 from conformance.entries import EntryFactory
-from conformance.history.record import Action, Lane, Recorder, Target, Workload
+from conformance.history.record import Action, Lane, LaneTargets, Recorder, Workload
 from conformance.reading import entry_view
 from conformance.workers import Operation, WorkerOutcome, WorkerPlan, run_workers
 
@@ -34,7 +34,20 @@ class Dies(FileTokenStore):
 class Quotes(FileTokenStore):
     async def put(self, entry):
         raise ConnectionError("AUTH quoted-secret-value rejected")
+
+class EchoesItsPassword(FileTokenStore):
+    def __init__(self, root, password):
+        raise ValueError(f"cannot log in with {password}")
+
+class QuotesItsPasswordOnClose(FileTokenStore):
+    def __init__(self, root, password):
+        super().__init__(root)
+        self.password = password
+
+    async def close(self):
+        raise ConnectionError(f"AUTH {self.password} rejected")
 """
+SECRET = {"password": "quoted-secret-value"}
 DEADLINE = 1.0
 
 
@@ -64,10 +77,12 @@ def put(rollout: str, call: str) -> bytes:
     return entry_view(entry(rollout, call)).payload
 
 
-def workers(sink: str, root: Path, count: int = 1) -> list[WorkerOutcome]:
+def workers(
+    sink: str, root: Path, count: int = 1, secret: dict[str, str] | None = None
+) -> list[WorkerOutcome]:
     plan = WorkerPlan(
         f"misbehaving:{sink}",
-        {"root": str(root)},
+        {"root": str(root), **(secret or {})},
         (Operation("put", put("r", "a")), Operation("put", put("r", "b"))),
     )
     return watched(lambda: run_workers([plan] * count), Watch(DEADLINE, "SPAWN-1"))
@@ -92,12 +107,26 @@ class TestRunWorkers:
             "spawned worker 0 died during `put` (operation 1 of 2): killed by signal SIGKILL"
         )
 
+    def test_a_worker_that_cannot_build_is_named_and_quotes_no_secret(self, sinks: Path) -> None:
+        """A constructor that raises, echoing a kwarg, is a build outcome naming the worker."""
+        (outcome,) = workers("EchoesItsPassword", sinks, secret=SECRET)
+        assert (outcome.stage, outcome.acked) == ("build", 0)
+        assert outcome.error.startswith("spawned worker 0 could not build its sink: ")
+        assert outcome.error.endswith("ValueError: cannot log in with ***")
+
+    def test_a_worker_whose_close_raises_is_stopped_and_quotes_no_secret(self, sinks: Path) -> None:
+        """close raising after every ack stops the worker with its masked error, no crash."""
+        (outcome,) = workers("QuotesItsPasswordOnClose", sinks, secret=SECRET)
+        assert outcome == WorkerOutcome(
+            "operation", 2, "spawned worker 0 stopped: ConnectionError: AUTH *** rejected"
+        )
+
 
 class TestWorkload:
     def test_a_hanging_lane_stops_every_lane_and_is_named(self, sinks: Path) -> None:
         """A lane stuck in put is killed; the lane waiting for its writes is stopped too."""
         kwargs = {"root": str(sinks)}
-        target = Target("misbehaving:Hangs", kwargs, "misbehaving:Hangs", kwargs)
+        target = LaneTargets("misbehaving:Hangs", kwargs, "misbehaving:Hangs", kwargs)
         writer = Lane("writer", (Action("put", "r", "a", put("r", "a")),))
         reader = Lane("reader", (Action("wait", count=1), Action("freeze", "r")))
 
