@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from conformance.violation import CLAUSES_DOC
+from conformance._violation import CLAUSES_DOC
 
 __all__ = [
     "CLAUSES",

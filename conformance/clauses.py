@@ -12,8 +12,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from conformance._violation import READ_COMMAND
 from conformance.catalog import CLAUSES, clause
-from conformance.violation import READ_COMMAND
 
 __all__ = ["main", "section"]
 

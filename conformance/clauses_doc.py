@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from conformance._registry import Check, all_checks
+from conformance._violation import CLAUSES_DOC, ClauseViolation
 from conformance.catalog import CLAUSES, FAMILY_TITLES, KIT, Clause
-from conformance.registry import Check, all_checks
-from conformance.violation import CLAUSES_DOC, ClauseViolation
 
 __all__ = ["clause_section", "main", "render"]
 

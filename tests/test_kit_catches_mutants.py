@@ -22,8 +22,8 @@ if str(MUTANTS) not in sys.path:
 
 from zoo import CORRECT, JudgedStore, Mutant, Run, mutants, run_kit  # noqa: E402
 
+from conformance._registry import all_checks  # noqa: E402
 from conformance.catalog import CLAUSES, KIT  # noqa: E402
-from conformance.registry import all_checks  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

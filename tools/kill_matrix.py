@@ -27,7 +27,7 @@ sys.path.insert(0, str(PROJECT / "tests" / "mutants"))
 
 from zoo import CORRECT, JudgedStore, Mutant, Run, mutants, run_kit  # noqa: E402
 
-from conformance.registry import all_checks  # noqa: E402
+from conformance._registry import all_checks  # noqa: E402
 
 
 def kit_clauses() -> list[str]:

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from conformance import revision
+from conformance._registry import FAMILIES, all_checks
+from conformance._registry import family_of as registry_family_of
 from conformance.catalog import CLAUSES, FAMILY_TITLES, KIT, clause, family_of
-from conformance.registry import FAMILIES, all_checks
-from conformance.registry import family_of as registry_family_of
 from tokcap_spec import SPEC_REVISION
 
 CONTRACT_ORDER = [each for each, _ in revision.read()[SPEC_REVISION]]

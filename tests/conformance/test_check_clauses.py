@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 import conformance
+from conformance._checks._operations import freeze, put
+from conformance._kit import Kit
+from conformance._registry import Check, all_checks
+from conformance._runner import run_check
+from conformance._settings import KitSettings
+from conformance._violation import ClauseViolation
 from conformance.catalog import clause
-from conformance.checks._steps import freeze, put
-from conformance.context import Kit
-from conformance.registry import Check, all_checks
-from conformance.runner import run_check
-from conformance.settings import KitSettings
-from conformance.violation import ClauseViolation
 
 PACKAGE = Path(conformance.__file__).parent
-CHECK_MODULES = sorted((PACKAGE / "checks").glob("*.py"))
+CHECK_MODULES = sorted((PACKAGE / "_checks").glob("*.py"))
 CLAUSE_ID = re.compile(r"(?:EXT-[A-Z]+|[A-Z]+)-\d+")
 
 
@@ -47,7 +47,7 @@ class TestOneFact:
     def test_the_scan_sees_every_registered_check(self) -> None:
         """Every registered check is a decorated function the scan below reads."""
         scanned = {
-            (f"conformance.checks.{path.stem}", function.name)
+            (f"conformance._checks.{path.stem}", function.name)
             for path in CHECK_MODULES
             for function, _ in decorated_checks(parsed(path))
         }
@@ -70,7 +70,7 @@ class TestOneFact:
         """Each string that looks like a clause id, in the checks and the basics, is one."""
         named = {
             (path.name, node.lineno, node.value)
-            for path in [*CHECK_MODULES, PACKAGE / "basics.py"]
+            for path in [*CHECK_MODULES, PACKAGE / "_basics.py"]
             for node in ast.walk(parsed(path))
             if isinstance(node, ast.Constant)
             and isinstance(node.value, str)

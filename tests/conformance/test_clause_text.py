@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from conformance._violation import READ_COMMAND, ClauseViolation
 from conformance.catalog import CLAUSES, clause
 from conformance.clauses import main, section
 from conformance.clauses_doc import render
-from conformance.violation import READ_COMMAND, ClauseViolation
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 

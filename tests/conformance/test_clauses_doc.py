@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from conformance import clauses_doc
+from conformance._registry import Check, all_checks
+from conformance._violation import CLAUSES_DOC, clause_anchor
 from conformance.catalog import CLAUSES, KIT, clause
 from conformance.clauses_doc import main, render
-from conformance.registry import Check, all_checks
-from conformance.violation import CLAUSES_DOC, clause_anchor
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 

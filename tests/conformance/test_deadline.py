@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from conformance.context import Kit
-from conformance.deadline import TRIPS, Overrun, Refused, Watch, breaker, operation_of, watched
-from conformance.settings import KitSettings
+from conformance._deadline import TRIPS, Overrun, Refused, Watch, breaker, operation_of, watched
+from conformance._kit import Kit
+from conformance._settings import KitSettings
 
 DEADLINE = 0.5
 

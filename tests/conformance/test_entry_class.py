@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from conformance.entries import EntryClassError, EntryFactory, load_entry_class
-from conformance.reading import entry_view
+from conformance._entries import EntryClassError, EntryFactory, load_entry_class
+from conformance._reading import entry_view
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.history.checker import check_history
-from conformance.history.events import Event
-from conformance.history.model import Rules
+from conformance._history.checker import check_history
+from conformance._history.events import Event
+from conformance._history.model import Rules
 
 ANY = Rules()
 STRICT = Rules(fence="strict")

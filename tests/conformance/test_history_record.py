@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.entries import EntryFactory
-from conformance.history.record import Action, Lane, LaneTargets, Recorder, Workload
-from conformance.reading import entry_view
+from conformance._entries import EntryFactory
+from conformance._history.record import Action, Lane, LaneTargets, Recorder, Workload
+from conformance._reading import entry_view
 from tokcap_spec.errors import RolloutRetiredError
 
 MUTANTS = Path(__file__).parents[1] / "mutants"

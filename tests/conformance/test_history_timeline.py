@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conformance.history.checker import check_history
-from conformance.history.events import Event
-from conformance.history.model import Rules
-from conformance.history.timeline import render, write_timeline
+from conformance._history.checker import check_history
+from conformance._history.events import Event
+from conformance._history.model import Rules
+from conformance._history.timeline import render, write_timeline
 
 HISTORY = [
     Event("writer-0", 0, "put", "r", 0, 10, "ok", call_id="a", digest="da"),
@@ -45,7 +45,7 @@ class TestRender:
 
 def test_timeline_holds_no_secret(tmp_path: Path) -> None:
     """An error quoting a kwarg value of the run is masked in the written page."""
-    from conformance.secrecy import keep
+    from conformance._secrecy import keep
 
     keep({"password": "timeline-secret-pw"})
     failing = Event(

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from conformance.history.events import Event
-from conformance.history.model import ModelRollout, Rules, init, step
-from conformance.registry import checks_by_id
-from conformance.runner import run_check
-from conformance.settings import KitSettings
-from conformance.violation import ClauseViolation
+from conformance._history.events import Event
+from conformance._history.model import ModelRollout, Rules, init, step
+from conformance._registry import checks_by_id
+from conformance._runner import run_check
+from conformance._settings import KitSettings
+from conformance._violation import ClauseViolation
 
 MUTANTS = Path(__file__).parents[1] / "mutants"
 P1 = ("snap-1", 1)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from conformance.reading import (
+from conformance._reading import (
     RECORD_FIELDS,
     Unreadable,
     canonical,

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
-import conformance.checks
-from conformance import outcomes, runner
-from conformance.catalog import FAMILY_TITLES
-from conformance.context import Kit
-from conformance.deadline import breaker
-from conformance.registry import (
+import conformance._checks
+from conformance import _outcomes as outcomes
+from conformance import _runner as runner
+from conformance._deadline import breaker
+from conformance._kit import Kit
+from conformance._registry import (
     FAMILIES,
     GROUPS,
     MODEL_GROUP,
@@ -24,15 +24,16 @@ from conformance.registry import (
     check_modules,
     checks_by_id,
 )
-from conformance.report import Verdicts
-from conformance.runner import CheckBlocked
-from conformance.settings import KitSettings
-from conformance.verdict import VerdictHooks
-from conformance.violation import ClauseViolation
+from conformance._report import Verdicts
+from conformance._runner import CheckBlocked
+from conformance._settings import KitSettings
+from conformance._verdict import VerdictHooks
+from conformance._violation import ClauseViolation
+from conformance.catalog import FAMILY_TITLES
 
 MEMORY = "--tokcap-sink=reference.memory_store:MemoryTokenStore"
 LOCAL = "--tokcap-capability=process-local"
-SUITE = "conformance/suite/test_contract.py"
+SUITE = "conformance/_suite/test_contract.py"
 
 
 def nothing(kit: Kit) -> None:
@@ -48,11 +49,11 @@ MANY = Check(None, "many", nothing, covers=("PUT-3", "FREEZE-2", "FREEZE-3", "DR
 
 class TestDiscovery:
     def test_every_public_check_module_is_imported(self) -> None:
-        """The registry reads every module of conformance.checks not starting with '_'."""
-        names = [m.name for m in pkgutil.iter_modules(conformance.checks.__path__)]
-        expected = sorted(f"conformance.checks.{n}" for n in names if not n.startswith("_"))
+        """The registry reads every module of conformance._checks not starting with '_'."""
+        names = [m.name for m in pkgutil.iter_modules(conformance._checks.__path__)]
+        expected = sorted(f"conformance._checks.{n}" for n in names if not n.startswith("_"))
         assert check_modules() == expected
-        assert "conformance.checks._steps" not in check_modules()
+        assert "conformance._checks._operations" not in check_modules()
         modules = {found.function.__module__ for found in all_checks()}
         assert modules == set(expected)
 

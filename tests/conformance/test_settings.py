@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conformance.settings import DEFAULT_SEED, Option, SettingsError, resolve_settings
+from conformance._settings import DEFAULT_SEED, Option, SettingsError, resolve_settings
 from reference import FileTokenStore
 from tokcap_spec.config import build_endpoint
 from tokcap_spec.protocols import TokenSink

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from conformance import secrecy
-from conformance.deadline import Watch, breaker, watched
-from conformance.entries import EntryFactory
-from conformance.history.record import Action, Lane, LaneTargets, Recorder, Workload
-from conformance.reading import entry_view
-from conformance.workers import Operation, WorkerOutcome, WorkerPlan, run_workers
+from conformance import _secrecy as secrecy
+from conformance._deadline import Watch, breaker, watched
+from conformance._entries import EntryFactory
+from conformance._history.record import Action, Lane, LaneTargets, Recorder, Workload
+from conformance._reading import entry_view
+from conformance._workers import Operation, WorkerOutcome, WorkerPlan, run_workers
 
 SINKS = """
 import os, signal, threading

@@ -158,7 +158,7 @@ def _measure(names: Sequence[str], runs: int = 20) -> None:
     """
     from zoo import mutants, run_kit
 
-    from conformance.registry import all_checks
+    from conformance._registry import all_checks
 
     for mutant in mutants():
         if mutant.name not in names:

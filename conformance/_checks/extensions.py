@@ -1,0 +1,90 @@
+"""EXT: the optional begin_call intent and batch retire/delete, checked when present."""
+
+from __future__ import annotations
+
+from conformance._checks._operations import call_of, describe, freeze, payloads, put, raises
+from conformance._entries import ODD_CALL_IDS
+from conformance._kit import Endpoint, Kit
+from conformance._registry import check
+from conformance._violation import ExtensionMissing
+
+
+def _require(endpoint: Endpoint, *names: str) -> None:
+    missing = [name for name in names if not endpoint.has(name)]
+    if missing:
+        raise ExtensionMissing(f"extension not implemented: {', '.join(missing)}")
+
+
+@check("EXT-BEGIN-1", "intents")
+def intents(kit: Kit) -> None:
+    """An intent without its entry makes the snapshot incomplete; a matched one does not."""
+    sink = kit.sink()
+    _require(sink, "begin_call")
+    matched = kit.rollout_id("matched")
+    for call in ("plain", *ODD_CALL_IDS):
+        kit.run(sink.raw.begin_call(matched, call))
+        put(
+            kit,
+            sink,
+            kit.entries.entry(matched, call, prompt_len=2, generation_len=1),
+        )
+    snapshot = freeze(kit, kit.source(), matched)
+    if snapshot.incomplete:
+        kit.fail(
+            expected="intents matched by their entries to leave it clean",
+            observed=describe(snapshot),
+            hint="match intents to entries by exact call id",
+        )
+    dangling = kit.rollout_id("dangling")
+    put(kit, sink, kit.entries.entry(dangling, "done"))
+    kit.run(sink.raw.begin_call(dangling, "never-finished\nid"))
+    snapshot = freeze(kit, kit.source(), dangling)
+    if not snapshot.incomplete:
+        kit.fail(
+            expected="an intent with no entry to make the snapshot incomplete",
+            observed=describe(snapshot),
+            hint="a call that began and never put lost its tokens",
+        )
+
+
+@check("EXT-RETIRE-1", "retire-and-delete")
+def retire_and_delete(kit: Kit) -> None:
+    """Retire removes and fences in any state, repeats as a no-op; delete frees the id."""
+    sink, source = kit.sink(), kit.source()
+    _require(source, "retire", "delete")
+    frozen, written, unknown = (kit.rollout_id(label) for label in ("frozen", "written", "unknown"))
+    for rollout in (frozen, written):
+        put(kit, sink, kit.entries.entry(rollout))
+    freeze(kit, source, frozen)
+    ids = [frozen, written, unknown]
+    for attempt in ("first", "repeated"):
+        error = raises(source.retire, ids)
+        if error is not None:
+            kit.fail(
+                expected=f"the {attempt} retire to succeed",
+                observed=kit.redact(f"{type(error).__name__}: {error}"),
+                hint="retire works whatever the state, and repeating it is a no-op",
+            )
+    for rollout in ids:
+        if raises(kit.sink().put, kit.entries.entry(rollout)) is None:
+            kit.fail(
+                expected=f"a put into retired {rollout!r} to raise",
+                observed="the put was acked",
+                hint="retire fences the rollout",
+            )
+    error = raises(source.delete, [frozen])
+    if error is not None:
+        kit.fail(
+            expected="delete to succeed",
+            observed=kit.redact(f"{type(error).__name__}: {error}"),
+            hint="delete removes fences",
+        )
+    reused = kit.entries.entry(frozen)
+    put(kit, kit.sink(), reused)
+    snapshot = freeze(kit, kit.source(), frozen)
+    if list(payloads(snapshot)) != [call_of(reused)] or snapshot.incomplete:
+        kit.fail(
+            expected="a deleted id to start again from nothing",
+            observed=describe(snapshot),
+            hint="delete removes the records and the tombstone",
+        )

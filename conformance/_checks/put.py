@@ -1,0 +1,255 @@
+"""PUT: acked means durable and visible, exact round trips, idempotent re-puts, isolation."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from conformance._basics import freeze_elsewhere
+from conformance._checks._operations import (
+    call_of,
+    describe,
+    drop,
+    expect_equal_snapshots,
+    freeze,
+    mark,
+    payloads,
+    put,
+    raises,
+    run_property,
+    sent,
+)
+from conformance._entries import ODD_CALL_IDS
+from conformance._kit import Kit
+from conformance._reading import SnapshotView, Unreadable, entry_view
+from conformance._registry import check
+from conformance.strategies import model_call_ids, token_entry_fields
+
+
+def _differences(sent_fields: dict[str, Any], got_fields: dict[str, Any]) -> list[str]:
+    return sorted(
+        name
+        for name in sent_fields.keys() | got_fields.keys()
+        if _canonical(sent_fields.get(name, "<absent>"))
+        != _canonical(got_fields.get(name, "<absent>"))
+    )
+
+
+def _canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, allow_nan=True, default=repr)
+
+
+def _expect_round_trip(kit: Kit, entry: Any, snapshot: SnapshotView) -> None:
+    __tracebackhide__ = True
+    want = entry_view(entry)
+    got = snapshot.entry_for(want.model_call_id)
+    if got is None:
+        kit.fail(
+            expected=f"call {want.model_call_id!r} in the snapshot",
+            observed=f"calls {sorted(payloads(snapshot))!r}"[:400],
+            hint="keep model_call_id exactly as given: any non-empty string",
+        )
+    if got.payload != want.payload:
+        kit.fail(
+            expected="the frozen entry equal to the entry put, field by field, floats bit for bit",
+            observed="fields differ: "
+            + ", ".join(_differences(dict(want.fields), dict(got.fields))),
+            hint="serialize losslessly: plain JSON turns -inf into null, float32 loses precision, "
+            "and some stores drop unknown fields",
+        )
+
+
+LOOKALIKE_CALL_IDS = ("a/b", "a_b", "a-b", "a.b", "A/B", "\u00e9", "e\u0301", "x", "x ", "X")
+"""Call ids a sanitizing, case-folding or normalizing key scheme would merge (PUT-6)."""
+
+
+def _property_settings(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        derandomize=False,
+        phases=(Phase.explicit, Phase.generate, Phase.shrink),
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
+
+
+_ATTEMPTS = 3
+"""Puts each followed at once by a freeze elsewhere: a late commit misses one of them."""
+
+
+@check("PUT-1", "durable-on-return")
+def durable_on_return(kit: Kit) -> None:
+    """Once put returns, a fresh source's freeze contains the entry, before any close."""
+    sink = kit.sink()
+    for attempt in range(_ATTEMPTS):
+        rollout = kit.rollout_id()
+        entry = kit.entries.entry(rollout)
+        put(kit, sink, entry)
+        seen = freeze_elsewhere(kit, rollout)
+        if isinstance(seen, Unreadable):
+            raise seen
+        if isinstance(seen, SnapshotView) and call_of(entry) in payloads(seen):
+            continue
+        observed = (
+            describe(seen)
+            if isinstance(seen, SnapshotView)
+            else kit.redact(f"the fresh source's freeze raised {type(seen).__name__}: {seen}")
+        )
+        kit.fail(
+            expected=f"call {call_of(entry)!r} visible to a fresh source as soon as put returned "
+            f"(attempt {attempt + 1})",
+            observed=observed,
+            hint="put must not return before the record is durable and visible; a background "
+            "commit, a group commit or buffering until close() acks too early",
+        )
+
+
+@check("PUT-2", "exact-round-trip")
+def exact_round_trip(kit: Kit) -> None:
+    """Entries with -inf, -0.0, extreme ids, unicode and extra fields freeze back exactly."""
+    sink, source = kit.sink(), kit.source()
+    big = kit.entries.hazardous(kit.rollout_id("big"), prompt_len=8192, generation_len=2048)
+    rollout = entry_view(big).rollout_id
+    put(kit, sink, big)
+    _expect_round_trip(kit, big, freeze(kit, source, rollout))
+    plain_calls = st.integers(0, 2**20).map(lambda n: f"gen-{n}")
+
+    @_property_settings(20)
+    @given(st.data())
+    def round_trip(data: st.DataObject) -> None:
+        target = kit.rollout_id("gen")
+        entry = kit.entries.build(**data.draw(token_entry_fields(target, plain_calls)))
+        put(kit, sink, entry)
+        _expect_round_trip(kit, entry, freeze(kit, kit.source(), target))
+
+    run_property(kit, round_trip)
+
+
+@check("PUT-3", "identical-reput")
+def identical_reput(kit: Kit) -> None:
+    """An identical re-put is a no-op before freeze; after it, it may raise, but changes nothing."""
+    sink = kit.sink()
+    rollout = kit.rollout_id()
+    entry = kit.entries.entry(rollout)
+    for endpoint in (sink, sink, kit.sink()):
+        put(kit, endpoint, entry)
+    snapshot = freeze(kit, kit.source(), rollout)
+    if len(snapshot.entries) != 1 or snapshot.incomplete:
+        kit.fail(
+            expected="one entry, incomplete=False after three identical puts",
+            observed=describe(snapshot),
+            hint="compare payloads: an identical re-put is a no-op, not a new entry or a conflict",
+        )
+    raises(kit.sink().put, entry)
+    again = freeze(kit, kit.source(), rollout)
+    expect_equal_snapshots(
+        kit,
+        snapshot,
+        again,
+        hint="after freeze an identical re-put may raise or be a no-op, but it must change "
+        "nothing: no new version, no mark",
+    )
+    if not drop(kit, kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
+        kit.fail(
+            expected="the snapshot taken before the identical re-put to drop",
+            observed="False",
+            hint="an identical re-put after freeze must not move the version",
+        )
+
+
+@check("PUT-4", "conflicting-reput")
+def conflicting_reput(kit: Kit) -> None:
+    """Reusing a call id with another payload raises or leaves the rollout incomplete."""
+    sink = kit.sink()
+    rollout = kit.rollout_id()
+    entry = kit.entries.entry(rollout)
+    put(kit, sink, entry)
+    error = raises(sink.put, kit.entries.variant(entry))
+    snapshot = freeze(kit, kit.source(), rollout)
+    if error is None and not snapshot.incomplete:
+        kept = (
+            "the new payload"
+            if payloads(snapshot).get(call_of(entry)) != sent([entry])[call_of(entry)]
+            else "the first payload"
+        )
+        kit.fail(
+            expected="the conflicting put to raise, or the rollout to freeze incomplete",
+            observed=f"no error and a clean snapshot keeping {kept}: {describe(snapshot)}",
+            hint="fail closed: a reused model_call_id with different tokens is lost evidence",
+        )
+
+
+@check("PUT-5", "rollout-isolation")
+def rollout_isolation(kit: Kit) -> None:
+    """Ids differing only by case or by '.', '_', '-' are separate rollouts."""
+    sink, source = kit.sink(), kit.source()
+    base = kit.rollout_id("Iso")
+    rollouts = [f"{base}.a", f"{base}_a", f"{base}-a", f"{base}.A"]
+    entries = {rollout: kit.entries.entry(rollout) for rollout in rollouts}
+    for entry in entries.values():
+        put(kit, sink, entry)
+    mark(kit, sink, rollouts[0], "only-this-one")
+    frozen = freeze(kit, source, rollouts[1])
+    for rollout in rollouts:
+        snapshot = frozen if rollout == rollouts[1] else freeze(kit, source, rollout)
+        own = call_of(entries[rollout])
+        if list(payloads(snapshot)) != [own] or snapshot.incomplete != (rollout == rollouts[0]):
+            kit.fail(
+                expected=f"{rollout!r} to hold only its own entry, "
+                f"incomplete={rollout == rollouts[0]}",
+                observed=describe(snapshot),
+                hint="key storage by the exact rollout id: no case folding or normalizing",
+            )
+    put(kit, sink, kit.entries.entry(f"{base}-A"))
+    mark(kit, sink, f"{base}_A", "neighbour")
+    again = freeze(kit, kit.source(), rollouts[1])
+    expect_equal_snapshots(
+        kit,
+        frozen,
+        again,
+        hint="writes to other rollouts must not move this rollout's version or snapshot_id; "
+        "keep one version counter per rollout",
+    )
+    if not drop(kit, source, rollouts[1], frozen.snapshot_id, frozen.version):
+        kit.fail(
+            expected=f"{rollouts[1]!r} to drop with its snapshot after writes to its neighbours",
+            observed="False",
+            hint="versions and fences are per rollout, never store-wide",
+        )
+
+
+@check("PUT-6", "any-call-id")
+def any_call_id(kit: Kit) -> None:
+    """Any non-empty model_call_id string, look-alikes included, is kept apart and exact."""
+    sink = kit.sink()
+    rollout = kit.rollout_id()
+    entries = [
+        kit.entries.entry(rollout, call, prompt_len=4, generation_len=2)
+        for call in (*ODD_CALL_IDS, *LOOKALIKE_CALL_IDS)
+    ]
+    for entry in entries:
+        put(kit, sink, entry)
+    snapshot = freeze(kit, kit.source(), rollout)
+    for entry in entries:
+        _expect_round_trip(kit, entry, snapshot)
+    if len(snapshot.entries) != len(entries):
+        kit.fail(
+            expected=f"{len(entries)} entries, one per call id",
+            observed=describe(snapshot),
+            hint="never split or normalize call ids",
+        )
+
+    @_property_settings(15)
+    @given(model_call_ids)
+    def round_trip(call_id: str) -> None:
+        target = kit.rollout_id("gen")
+        entry = kit.entries.entry(target, call_id, prompt_len=2, generation_len=1)
+        put(kit, sink, entry)
+        _expect_round_trip(kit, entry, freeze(kit, kit.source(), target))
+
+    run_property(kit, round_trip)

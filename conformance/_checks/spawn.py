@@ -1,0 +1,101 @@
+"""SPAWN: sinks built in freshly spawned interpreters work, together, and are seen by the parent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance._checks._operations import describe, freeze, payloads, sent
+from conformance._kit import Kit
+from conformance._reading import entry_view
+from conformance._registry import check
+from conformance._violation import NotClaimed
+from conformance._workers import Operation, WorkerOutcome, WorkerPlan, run_workers
+
+PROCESS_LOCAL = "the target declares process-local: it does not claim to serve spawned workers"
+
+
+def _require_processes(kit: Kit) -> None:
+    if kit.claims("process-local"):
+        raise NotClaimed(PROCESS_LOCAL)
+
+
+def _plan(kit: Kit, entries: list[Any]) -> WorkerPlan:
+    return WorkerPlan(
+        kit.settings.sink,
+        dict(kit.settings.sink_kwargs),
+        tuple(Operation("put", entry_view(entry).payload) for entry in entries),
+        entry_class=kit.settings.entry_class,
+    )
+
+
+def _expect_all_ok(kit: Kit, outcomes: list[WorkerOutcome], together: str) -> None:
+    for number, outcome in enumerate(outcomes):
+        if outcome.stage == "build":
+            kit.fail(
+                expected=f"the sink to build in spawned worker {number}{together}",
+                observed=kit.redact(outcome.error),
+                hint="a spawned worker gets only the target string and kwargs: nothing the "
+                "launcher installed (install_token_sink, globals) reaches it",
+            )
+        if outcome.stage != "ok":
+            kit.fail(
+                expected=f"spawned worker {number} to ack every put{together}",
+                observed=kit.redact(f"{outcome.stage} after {outcome.acked} acks: {outcome.error}"),
+                hint="construction and writes must not depend on the launcher process",
+            )
+
+
+@check("SPAWN-1", "spawned-worker-builds")
+def spawned_worker_builds(kit: Kit) -> None:
+    """A sink built in a spawned interpreter from the target and kwargs alone acks a put."""
+    _require_processes(kit)
+    rollout = kit.rollout_id()
+    outcomes = run_workers([_plan(kit, [kit.entries.entry(rollout)])], together=False)
+    _expect_all_ok(kit, outcomes, "")
+
+
+@check("SPAWN-2", "concurrent-construction")
+def concurrent_construction(kit: Kit) -> None:
+    """Four spawned workers constructing their sinks at the same moment all succeed."""
+    _require_processes(kit)
+    shared = kit.rollout_id("shared")
+    plans = [
+        _plan(
+            kit,
+            [
+                kit.entries.entry(shared, prompt_len=8, generation_len=4),
+                kit.entries.entry(kit.rollout_id(f"own{n}"), prompt_len=8, generation_len=4),
+            ],
+        )
+        for n in range(4)
+    ]
+    _expect_all_ok(kit, run_workers(plans, together=True), " while others construct")
+
+
+@check("SPAWN-3", "acks-visible-to-parent")
+def acks_visible_to_parent(kit: Kit) -> None:
+    """Entries acked by sinks in two spawned workers freeze, exactly, from a source here."""
+    _require_processes(kit)
+    # A rollout each: concurrent writers to one rollout are SPAWN-4's to judge.
+    rollouts = [kit.rollout_id(f"w{n}") for n in range(2)]
+    batches = [[kit.entries.entry(rollout) for _ in range(3)] for rollout in rollouts]
+    _expect_all_ok(kit, run_workers([_plan(kit, batch) for batch in batches]), "")
+    source = kit.source()
+    snapshots = [freeze(kit, source, rollout) for rollout in rollouts]
+    expected = sent(entry for batch in batches for entry in batch)
+    seen = {call: payload for view in snapshots for call, payload in payloads(view).items()}
+    missing = sorted(set(expected) - set(seen))
+    if missing:
+        kit.fail(
+            expected=f"all {len(expected)} entries acked by spawned workers",
+            observed=f"{len(missing)} missing: " + "; ".join(map(describe, snapshots)),
+            hint="records kept in process memory are invisible to other processes; store them "
+            "where every process reads (or declare --tokcap-capability=process-local)",
+        )
+    torn = sorted(call for call in expected if seen.get(call) != expected[call])
+    if torn:
+        kit.fail(
+            expected="each entry exactly as the worker put it",
+            observed=f"{len(torn)} entries differ, first call id {torn[0]!r}",
+            hint="store each entry whole: a torn or interleaved write changes its fields",
+        )

@@ -1,0 +1,199 @@
+"""The entries the kit puts: plain ones for most checks, hazardous ones for the checks owning them.
+
+Most checks need entries that look like production traffic (hundreds of token ids, log probs
+near zero, routed experts) and whose values every plausible transport keeps: log probs exact in
+float32, whole-second timestamps, ASCII text, no extra fields, plain call ids. A store that
+mangles one of the values transports get wrong (``-inf``, ``-0.0``, unicode, extra fields, odd
+call ids) then fails only the clause that owns that value (PUT-2, PUT-6), not every check that
+puts. Entries are built with the run's entry class (``--tokcap-entry-class``) by keyword from
+the record's fields. The same seed gives the same entries, so a failure replays.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from collections.abc import Callable
+from typing import Any
+
+from conformance._reading import record_fields
+
+__all__ = [
+    "ODD_CALL_IDS",
+    "EntryClassError",
+    "EntryFactory",
+    "load_entry_class",
+]
+
+ODD_CALL_IDS = (
+    "call with spaces",
+    "multi\nline\ncall",
+    "slashes/and\\backslashes",
+    "ünïcødé-呼び出し-🚀",
+    "\"quoted\" 'call'",
+    "tab\tand\rcarriage",
+    "../../etc/passwd",
+    "x" * 300,
+)
+"""``model_call_id`` strings a transport must keep exactly (PUT-6, EXT-BEGIN-1)."""
+
+
+class EntryClassError(ValueError):
+    """The ``--tokcap-entry-class`` target cannot build the record's entries."""
+
+
+def load_entry_class(target: str) -> type[Any]:
+    """Import ``module.path:ClassName`` and prove it builds an entry from the record's fields."""
+    module_name, _, name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise EntryClassError(
+            f"module {module_name!r} cannot be imported ({type(exc).__name__}); install it or "
+            "fix the module path"
+        ) from None
+    found = getattr(module, name, None)
+    if not isinstance(found, type):
+        raise EntryClassError(f"module {module_name!r} has no class {name!r}")
+    sample = _PROBE_FIELDS
+    try:
+        record_fields(found(**sample))
+    except Exception as exc:
+        raise EntryClassError(
+            f"{target} cannot be built by keyword from the record's fields "
+            f"({', '.join(sample)}): {type(exc).__name__}; pass a class whose constructor takes "
+            "them, or leave the option out to use tokcap_spec.records:TokenEntry"
+        ) from None
+    return found
+
+
+_PROBE_FIELDS: dict[str, Any] = {
+    "rollout_id": "probe",
+    "model_call_id": "probe-call",
+    "model": "policy",
+    "prompt_token_ids": [1, 2],
+    "generation_token_ids": [3],
+    "generation_log_probs": [-0.5],
+    "routed_experts": None,
+    "output_items": [{"type": "message", "role": "assistant", "content": "ok"}],
+    "token_item_index": 0,
+    "created_at": 1.7e9,
+}
+
+
+_TEXTS = ("plain answer", "ünïcødé ✓", "emoji 🚀🔥", "多言語テキスト", 'quote " and \\ slash', "")
+
+Build = Callable[..., Any]
+
+
+class EntryFactory:
+    """Builds entries with one entry class from one ``random.Random``."""
+
+    def __init__(self, rng: random.Random, build: Build | None = None) -> None:
+        self.rng = rng
+        self.build: Build = build if build is not None else _default_class()
+        self._calls = 0
+
+    def call_id(self) -> str:
+        """Return a new plain call id."""
+        self._calls += 1
+        return f"call-{self._calls}"
+
+    def plain_fields(
+        self,
+        rollout_id: str,
+        model_call_id: str | None = None,
+        *,
+        prompt_len: int | None = None,
+        generation_len: int | None = None,
+    ) -> dict[str, Any]:
+        """Return the fields of a realistic entry whose values every transport keeps."""
+        rng = self.rng
+        prompt_len = rng.randint(16, 512) if prompt_len is None else prompt_len
+        generation_len = rng.randint(4, 128) if generation_len is None else generation_len
+        return {
+            "rollout_id": rollout_id,
+            "model_call_id": model_call_id or self.call_id(),
+            "model": "policy",
+            "prompt_token_ids": [rng.randrange(1, 2**17) for _ in range(prompt_len)],
+            "generation_token_ids": [rng.randrange(1, 2**17) for _ in range(generation_len)],
+            # Multiples of 1/256 near zero are exact in float32 and in decimal.
+            "generation_log_probs": [-rng.randrange(1, 2048) / 256 for _ in range(generation_len)],
+            "routed_experts": [
+                [rng.randrange(64), rng.randrange(64)] for _ in range(generation_len)
+            ],
+            "output_items": [{"type": "message", "role": "assistant", "content": "plain answer"}],
+            "token_item_index": 0,
+            "created_at": float(1_700_000_000 + rng.randrange(1_000_000)),
+        }
+
+    def entry(
+        self,
+        rollout_id: str,
+        model_call_id: str | None = None,
+        *,
+        prompt_len: int | None = None,
+        generation_len: int | None = None,
+        **overrides: Any,
+    ) -> Any:
+        """Return a plain, realistic entry; ``overrides`` replace any field."""
+        fields = self.plain_fields(
+            rollout_id, model_call_id, prompt_len=prompt_len, generation_len=generation_len
+        )
+        fields.update(overrides)
+        return self.build(**fields)
+
+    def hazardous(
+        self,
+        rollout_id: str,
+        model_call_id: str | None = None,
+        *,
+        prompt_len: int | None = None,
+        generation_len: int | None = None,
+    ) -> Any:
+        """Return an entry carrying what transports get wrong (PUT-2).
+
+        ``-inf`` and ``-0.0`` log probs, full 64-bit floats, the edges of the token id range,
+        unicode text, routed experts or None, fractional timestamps and unknown extra fields.
+        """
+        rng = self.rng
+        fields = self.plain_fields(
+            rollout_id, model_call_id, prompt_len=prompt_len, generation_len=generation_len
+        )
+        count = len(fields["generation_token_ids"])
+        values = [-rng.expovariate(2.0) for _ in range(count)]
+        if count >= 2:
+            where = rng.randrange(count)
+            values[where], values[(where + 1) % count] = float("-inf"), -0.0
+        prompt = fields["prompt_token_ids"]
+        if len(prompt) >= 2:
+            prompt[0], prompt[-1] = 0, 2**31 - 1
+        items: list[dict[str, Any]] = [
+            {"type": "message", "role": "assistant", "content": rng.choice(_TEXTS)},
+            {"type": "function_call", "name": "tool", "arguments": '{"q": "ü"}'},
+        ]
+        fields.update(
+            model=rng.choice(("policy-🧪", "org/model-7b")),
+            generation_log_probs=values,
+            routed_experts=fields["routed_experts"] if rng.random() < 0.5 else None,
+            output_items=items,
+            token_item_index=1,
+            created_at=1.7e9 + rng.random() * 1e6,
+            x_extra_field={"note": rng.choice(_TEXTS), "n": rng.randrange(1000)},
+        )
+        return self.build(**fields)
+
+    def variant(self, entry: Any) -> Any:
+        """Return an entry with the same ids and a different payload (for PUT-4)."""
+        data = record_fields(entry)
+        data["generation_token_ids"] = [*data["generation_token_ids"], 7]
+        data["generation_log_probs"] = [*data["generation_log_probs"], -0.5]
+        if data.get("routed_experts") is not None:
+            data["routed_experts"] = [*data["routed_experts"], [1, 2]]
+        return self.build(**data)
+
+
+def _default_class() -> Build:
+    from tokcap_spec.records import TokenEntry
+
+    return TokenEntry

@@ -1,0 +1,212 @@
+"""The kit's pytest hooks, registered by :mod:`tokcap_pytest` once a target is configured.
+
+Resolves the settings, refuses a target that cannot be built as a usage error, collects the
+kit's own tests, names the target in the header, summarises the verdict per clause family and
+writes the JSON / markdown reports on every way a run can end. Everything the run prints or
+writes passes through :mod:`conformance._secrecy`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from conformance import _outcomes as outcomes
+from conformance import _secrecy as secrecy
+from conformance._probe import distribution_of, kit_version, probe_target
+from conformance._report import Verdicts
+from conformance._settings import KitSettings, Option, SettingsError, resolve_settings
+
+if TYPE_CHECKING:
+    from conformance._registry import Check
+
+__all__ = ["SETTINGS_KEY", "SUITE", "VERDICTS_KEY", "tokcap_run"]
+
+SETTINGS_KEY = pytest.StashKey[KitSettings]()
+VERDICTS_KEY = pytest.StashKey[Verdicts]()
+SCRATCH_KEY = pytest.StashKey[Path]()
+SUITE = Path(__file__).with_name("_suite") / "test_contract.py"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    def from_cli(option: Option) -> tuple[Any, str]:
+        return config.getoption(option.dest), f"command line {option.flag}"
+
+    def from_ini(option: Option) -> tuple[Any, str]:
+        where = f"ini key {option.ini} in {config.inipath}" if config.inipath else option.ini
+        return config.getini(option.ini), where
+
+    try:
+        settings = resolve_settings(from_cli, os.environ, from_ini, lambda: _scratch(config))
+    except SettingsError as exc:
+        raise pytest.UsageError(f"tokcap: {exc}") from None
+    if settings is None:
+        return
+    secrecy.keep(settings.secrets)
+    _keep_hypothesis_out_of_the_project()
+    from tokcap_spec import SPEC_REVISION
+
+    verdicts = Verdicts(settings, kit_version(), SPEC_REVISION)
+    verdicts.distributions = {
+        role: distribution_of(target)
+        for role, target in (("sink", settings.sink), ("source", settings.source))
+    }
+    config.stash[SETTINGS_KEY] = settings
+    config.stash[VERDICTS_KEY] = verdicts
+    if not config.option.collectonly and not hasattr(config, "workerinput"):
+        try:
+            probe_target(settings)
+        except pytest.UsageError:
+            verdicts.run.finish("interrupted", "usage error: the target cannot be built")
+            _write_reports(verdicts, settings)
+            raise
+    _collect_suite(config)
+    from conformance._verdict import VerdictHooks
+
+    config.pluginmanager.register(VerdictHooks(config, verdicts), "tokcap-verdict")
+
+
+def _scratch(config: pytest.Config) -> Path:
+    """A directory for the run under pytest's basetemp, so pytest's retention applies."""
+    if SCRATCH_KEY not in config.stash:
+        factory = getattr(config, "_tmp_path_factory", None)
+        if factory is not None:
+            config.stash[SCRATCH_KEY] = factory.mktemp("tokcap", numbered=True)
+        else:  # the tmpdir plugin is disabled: a directory of our own, removed at the end
+            config.stash[SCRATCH_KEY] = Path(tempfile.mkdtemp(prefix="tokcap-"))
+            config.add_cleanup(lambda: shutil.rmtree(config.stash[SCRATCH_KEY], True))
+    return config.stash[SCRATCH_KEY]
+
+
+def _keep_hypothesis_out_of_the_project() -> None:
+    """Hypothesis writes into ``.hypothesis/`` of the working directory unless told otherwise.
+
+    The kit's checks use no example database; what Hypothesis still keeps there are caches
+    (constants of the modules it reads, unicode tables) that take seconds to rebuild, so they
+    go to the user's cache directory rather than into a fresh scratch folder every run.
+    """
+    if "HYPOTHESIS_STORAGE_DIRECTORY" in os.environ:
+        return
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    set_hypothesis_home_dir(str(cache / "tokcap" / "hypothesis"))
+
+
+def _collect_suite(config: pytest.Config) -> None:
+    """Make the kit's test module part of the run, alone unless the user named paths.
+
+    The suite's folder, not its file, is passed so that node ids read
+    ``test_contract.py::test_put[PUT-1-...]`` wherever the kit is installed.
+    """
+    suite = str(SUITE.parent)
+    named = [arg for arg in config.args if arg.split("::", 1)[0].startswith(suite)]
+    if config.args_source is pytest.Config.ArgsSource.ARGS:
+        if not named:
+            config.args.append(suite)
+    else:
+        config.args[:] = [suite]
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    """Collect the kit's module even where ``python_files`` would not match its name."""
+    if file_path != SUITE or SETTINGS_KEY not in parent.config.stash:
+        return None
+    patterns = parent.config.getini("python_files")
+    if any(fnmatch.fnmatch(file_path.name, pattern) for pattern in patterns):
+        return None
+    return pytest.Module.from_parent(parent, path=file_path)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None:
+        return None
+    verdicts = config.stash[VERDICTS_KEY]
+
+    def version(role: str) -> str:
+        found = verdicts.distributions[role]
+        return f"{found['name']} {found['version']}" if found["name"] else found["version"]
+
+    lines = [
+        f"tokcap {verdicts.kit_version} (spec {verdicts.spec}): judging "
+        f"sink {settings.sink} [{version('sink')}]",
+        f"tokcap: source {settings.source} [{version('source')}]",
+        f"tokcap: fence={settings.fence}"
+        f" capabilities={','.join(sorted(settings.capabilities)) or 'none'}"
+        f" seed={settings.seed} profile={settings.profile} timeout={settings.timeout:g}s"
+        f" entry-class={settings.entry_class}"
+        f" sink-kwargs={','.join(sorted(settings.sink_kwargs)) or 'none'}",
+    ]
+    if settings.config is not None:
+        lines.append(f"tokcap: sink read from Gym config {settings.config}")
+    return lines
+
+
+@pytest.fixture(scope="session")
+def _tokcap_temp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Whatever a check or the target puts in a temporary directory lands in pytest's basetemp."""
+    before = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path_factory.mktemp("tokcap-tmp"))
+    yield
+    tempfile.tempdir = before
+
+
+@pytest.fixture
+def tokcap_run(request: pytest.FixtureRequest, _tokcap_temp: None) -> Callable[[Check], None]:
+    """Run one registered check against the target named on the command line."""
+    settings = request.config.stash.get(SETTINGS_KEY, None)
+    if settings is None:
+        pytest.fail("tokcap_run needs a target: pass --tokcap-sink=module:Class", pytrace=False)
+
+    def run(check: Check) -> None:
+        __tracebackhide__ = True
+        outcomes.judge(settings, check, request.node.user_properties)
+
+    return run
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Mask every secret in what a test's report carries to the terminal, junit and xdist."""
+    report = yield
+    from conformance._verdict import scrub_report
+
+    scrub_report(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
+    config = session.config
+    verdicts = config.stash.get(VERDICTS_KEY, None)
+    if verdicts is not None and not hasattr(config, "workerinput"):
+        from conformance._verdict import conclude
+
+        conclude(session, verdicts)
+    try:
+        return (yield)
+    finally:
+        settings = config.stash.get(SETTINGS_KEY, None)
+        if verdicts is not None and settings is not None and not hasattr(config, "workerinput"):
+            _write_reports(verdicts, settings)
+        judged = settings.judged_directory if settings is not None else None
+        if judged is not None:
+            shutil.rmtree(judged, ignore_errors=True)
+
+
+def _write_reports(verdicts: Verdicts, settings: KitSettings) -> None:
+    if settings.report is not None:
+        verdicts.write_json(settings.report)
+    if settings.report_md is not None:
+        verdicts.write_markdown(settings.report_md)

@@ -1,0 +1,146 @@
+"""Before any check runs: can the target be imported and built at all, and where is it from?
+
+A target whose module does not import, whose name is missing or whose constructor raises is
+a mistake in how the kit was invoked, not a contract violation: :func:`probe_target` refuses
+it as a pytest usage error (exit code 4) that shows the frame of the user's own code where it
+went wrong. What the contract says about bad targets (BUILD-2) the checks judge themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import io
+import sys
+import sysconfig
+import traceback
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance._deadline import Overrun, Watch, watched
+from conformance._secrecy import scrub
+from conformance._settings import KitSettings
+
+__all__ = ["distribution_of", "kit_version", "probe_target"]
+
+_KIT = tuple(
+    str(Path(__file__).resolve().parents[1] / name)
+    for name in ("conformance", "tokcap_spec", "tokcap_pytest.py")
+)
+_STDLIB = sysconfig.get_paths()["stdlib"]
+
+
+def kit_version() -> str:
+    """The installed version of tokcap, or ``unknown`` when it runs from a plain checkout."""
+    try:
+        return metadata.version("tokcap")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def distribution_of(target: str) -> dict[str, str]:
+    """The distribution a ``module:Class`` target is installed from: ``name`` and ``version``."""
+    top = target.split(":", 1)[0].split(".", 1)[0]
+    for name in metadata.packages_distributions().get(top, []):
+        try:
+            return {"name": name, "version": metadata.version(name)}
+        except metadata.PackageNotFoundError:
+            continue
+    return {"name": "", "version": "not from an installed distribution"}
+
+
+def probe_target(settings: KitSettings) -> None:
+    """Import and build the sink and the source once; raise ``pytest.UsageError`` if one fails.
+
+    What the target prints meanwhile is passed on with the run's secrets masked: no test has
+    started, so pytest's capture would show it as it is.
+    """
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            _probe(settings)
+    finally:
+        if printed.getvalue():
+            sys.stderr.write(scrub(printed.getvalue()))
+
+
+def _probe(settings: KitSettings) -> None:
+    seen = set()
+    for role, target, kwargs in (
+        ("sink", settings.sink, settings.sink_kwargs),
+        ("source", settings.source, settings.source_kwargs),
+    ):
+        if (target, repr(sorted(kwargs.items()))) in seen:
+            continue
+        seen.add((target, repr(sorted(kwargs.items()))))
+        _build_once(role, target, dict(kwargs), settings.timeout)
+
+
+def _build_once(role: str, target: str, kwargs: dict[str, Any], seconds: float) -> None:
+    module_name, _, attr_path = target.partition(":")
+    flag = f"--tokcap-{role}={target}"
+    try:
+        factory: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        _refuse(f"{flag}: module {module_name!r} cannot be imported", exc)
+    for part in attr_path.split("."):
+        if not hasattr(factory, part):
+            raise pytest.UsageError(
+                f"tokcap: {flag}: module {module_name!r} ({getattr(factory, '__file__', '?')}) "
+                f"has no attribute {part!r}; name a class it defines"
+            )
+        factory = getattr(factory, part)
+    watch = Watch(seconds)
+
+    def build() -> Any:
+        with watch.call([f"the constructor of {target}"]):
+            return factory(**kwargs)
+
+    try:
+        built = watched(build, watch)
+    except Overrun as overrun:
+        raise pytest.UsageError(f"tokcap: {flag}: {overrun}") from None
+    except Exception as exc:
+        names = ", ".join(sorted(kwargs)) or "none"
+        _refuse(f"{flag}: the constructor raised with kwargs named {names}", exc)
+    close = getattr(built, "close", None)
+    if callable(close):
+        # How close behaves is for the CLOSE checks to judge; here it only releases.
+        with contextlib.suppress(Exception, Overrun):
+            watched(lambda: _close(close, watch), watch)
+
+
+def _close(close: Any, watch: Watch) -> None:
+    with watch.call(["close"]):
+        result = close()
+        if inspect.isawaitable(result):
+            asyncio.run(_awaited(result))
+
+
+async def _awaited(awaitable: Any) -> None:
+    await awaitable
+
+
+def _refuse(what: str, exc: BaseException) -> Any:
+    """Raise a usage error naming ``what``, the error, and the user's frame that raised it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if _is_users(f.filename)]
+    where = ""
+    if own:
+        frame = own[-1]
+        where = f"\n  at {frame.filename}:{frame.lineno} in {frame.name}"
+        if frame.line:
+            where += f"\n    {frame.line}"
+    message = scrub(f"tokcap: {what}: {type(exc).__name__}: {exc}{where}")
+    raise pytest.UsageError(message) from None
+
+
+def _is_users(filename: str) -> bool:
+    if filename.startswith("<") or filename.startswith(_KIT):
+        return False
+    return not filename.startswith(_STDLIB) or "site-packages" in filename

@@ -1,0 +1,243 @@
+"""The conformance verdict per clause, and the JSON and markdown reports built from it.
+
+A clause *failed* if any of its tests failed, *blocked* if none failed but one could not
+judge it because a more basic clause broke, *passed* if at least one passed and none failed
+or was blocked, *not-claimed* if its tests were skipped because the target declared a
+capability under which they do not apply, and *skipped* otherwise. Reports say whether the
+run was complete, partial or interrupted, and carry target names, never kwarg values.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from conformance._registry import FAMILIES, family_of
+from conformance._secrecy import scrub
+from conformance._settings import KitSettings
+from conformance.catalog import position
+
+__all__ = ["OUTCOMES", "REPORT_FORMAT", "STATUSES", "ClauseRecord", "Run", "Verdicts"]
+
+OUTCOMES = ("passed", "failed", "skipped", "not-claimed", "blocked")
+_PRECEDENCE = ("failed", "blocked", "passed", "not-claimed")
+REPORT_FORMAT = 2
+"""Version of the JSON report's layout; keys are only ever added."""
+STATUSES = ("complete", "partial", "interrupted")
+
+
+@dataclass
+class Run:
+    """When the run happened and how far it got."""
+
+    started: float = field(default_factory=time.time)
+    clock: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    duration: float | None = None
+    status: str = "interrupted"
+    """``complete``, ``partial`` (a selection, ``-x``) or ``interrupted``; until the run ends
+    it is ``interrupted``, which is what a report written by a dying run says."""
+    reason: str = ""
+
+    def finish(self, status: str, reason: str = "") -> None:
+        """Stamp the end of the run and how far it got."""
+        self.finished = time.time()
+        self.duration = round(time.monotonic() - self.clock, 3)
+        self.status, self.reason = status, reason
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "started": _stamp(self.started),
+            "finished": _stamp(self.finished) if self.finished is not None else None,
+            "duration_seconds": self.duration,
+        }
+
+
+def _stamp(moment: float) -> str:
+    return datetime.fromtimestamp(moment, timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class ClauseRecord:
+    """Every test of one clause and what happened to it."""
+
+    tests: list[str] = field(default_factory=list)
+    outcomes: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+    blocked_by: list[str] = field(default_factory=list)
+    soft: list[bool] = field(default_factory=list)
+    """Per test: blocked within a check proving many clauses, outweighed by any pass."""
+
+    @property
+    def outcome(self) -> str:
+        hard = {o for o, soft in zip(self.outcomes, self.soft, strict=True) if not soft}
+        for outcome in _PRECEDENCE:
+            if outcome in hard:
+                return outcome
+        return "blocked" if "blocked" in self.outcomes else "skipped"
+
+    @property
+    def message(self) -> str:
+        """The first message that explains the clause's outcome."""
+        for outcome, message in zip(self.outcomes, self.messages, strict=True):
+            if outcome == self.outcome and message:
+                return message
+        return ""
+
+
+@dataclass
+class Verdicts:
+    """Test outcomes gathered per clause during a run."""
+
+    settings: KitSettings
+    kit_version: str
+    spec: str
+    clauses: dict[str, ClauseRecord] = field(default_factory=dict)
+    observations: dict[str, str] = field(default_factory=dict)
+    run: Run = field(default_factory=Run)
+    distributions: dict[str, dict[str, str]] = field(default_factory=dict)
+    """The installed distribution (name, version) each target comes from, by role."""
+    reported: set[str] = field(default_factory=set)
+    """Node ids of the kit's tests that reported an outcome."""
+
+    def record(
+        self,
+        clause: str,
+        nodeid: str,
+        outcome: str,
+        message: str = "",
+        blocked_by: str = "",
+        *,
+        soft: bool = False,
+    ) -> None:
+        """Add one test's outcome; a test reported twice keeps its worst outcome."""
+        entry = self.clauses.setdefault(clause, ClauseRecord())
+        if blocked_by and blocked_by not in entry.blocked_by:
+            entry.blocked_by.append(blocked_by)
+        if nodeid in entry.tests:
+            index = entry.tests.index(nodeid)
+            if _rank(outcome) < _rank(entry.outcomes[index]):
+                entry.outcomes[index], entry.messages[index] = outcome, message
+                entry.soft[index] = soft and outcome == "blocked"
+            return
+        entry.tests.append(nodeid)
+        entry.outcomes.append(outcome)
+        entry.messages.append(message)
+        entry.soft.append(soft and outcome == "blocked")
+
+    @property
+    def failed(self) -> list[str]:
+        """The clauses that failed, in catalog order."""
+        return [c for c in sorted(self.clauses, key=_order) if self.clauses[c].outcome == "failed"]
+
+    def summary(self) -> dict[str, int]:
+        """Count clauses by outcome."""
+        counts = dict.fromkeys(OUTCOMES, 0)
+        for entry in self.clauses.values():
+            counts[entry.outcome] += 1
+        return counts
+
+    def by_family(self) -> dict[str, dict[str, int]]:
+        """Count clauses by outcome within each family, in catalog order."""
+        table: dict[str, dict[str, int]] = {}
+        for family in FAMILIES:
+            members = [e for c, e in self.clauses.items() if family_of(c) == family]
+            if members:
+                table[family] = {o: sum(e.outcome == o for e in members) for o in OUTCOMES}
+        return table
+
+    def as_json(self) -> dict[str, Any]:
+        """The report: run, kit version, spec, target, per-clause outcomes and a summary."""
+        target: dict[str, Any] = {
+            "sink": self.settings.sink,
+            "source": self.settings.source,
+            "capabilities": sorted(self.settings.capabilities),
+            "fence": self.settings.fence,
+            "entry_class": self.settings.entry_class,
+            "distributions": self.distributions,
+        }
+        if "fence" in self.observations:
+            target["observed_fence"] = self.observations["fence"]
+        clauses = {}
+        for clause, e in sorted(self.clauses.items(), key=lambda item: _order(item[0])):
+            clauses[clause] = {"outcome": e.outcome, "tests": list(e.tests), "message": e.message}
+            if e.outcome == "blocked":
+                clauses[clause]["blocked_by"] = e.blocked_by[0] if e.blocked_by else ""
+        return {
+            "report_format": REPORT_FORMAT,
+            "run": self.run.as_json(),
+            "kit_version": self.kit_version,
+            "spec": self.spec,
+            "profile": self.settings.profile,
+            "timeout_seconds": self.settings.timeout,
+            "target": target,
+            "seed": self.settings.seed,
+            "clauses": clauses,
+            "summary": self.summary(),
+        }
+
+    def write_json(self, path: Path) -> None:
+        text = json.dumps(self.as_json(), indent=2, ensure_ascii=False) + "\n"
+        _write(path, text)
+
+    def as_markdown(self) -> str:
+        """The report as markdown for a CI job summary: a table, then every failure in full."""
+        data = self.as_json()
+        run = data["run"]
+        versions = ", ".join(
+            f"{role} from {found['name']} {found['version']}"
+            for role, found in data["target"]["distributions"].items()
+        )
+        lines = [
+            f"### tokcap conformance: `{data['target']['sink']}`",
+            "",
+            f"run {run['status']}{' (' + run['reason'] + ')' if run['reason'] else ''}, "
+            f"started {run['started']}, {run['duration_seconds']} s; profile "
+            f"{data['profile']}, seed {data['seed']}, timeout {data['timeout_seconds']:g} s",
+            "",
+            f"kit {data['kit_version']}, spec {data['spec']}, report format "
+            f"{data['report_format']}, fence {data['target']['fence']}, "
+            f"capabilities: {', '.join(data['target']['capabilities']) or 'none'}"
+            + (f"; {versions}" if versions else ""),
+            "",
+            "| clause | outcome | tests | message |",
+            "| --- | --- | --- | --- |",
+        ]
+        for clause, entry in data["clauses"].items():
+            message = entry["message"].splitlines()[0] if entry["message"] else ""
+            message = message.replace("|", "\\|")
+            lines.append(f"| {clause} | {entry['outcome']} | {len(entry['tests'])} | {message} |")
+        counts = data["summary"]
+        lines += ["", ", ".join(f"{count} {outcome}" for outcome, count in counts.items())]
+        explained = [(c, e) for c, e in data["clauses"].items() if e["outcome"] == "failed"]
+        if explained:
+            lines += ["", "#### Failures"]
+        for clause, entry in explained:
+            lines += ["", f"**{clause}** (`{entry['tests'][0]}`)", "", "```", entry["message"]]
+            lines += ["```"]
+        return "\n".join(lines) + "\n"
+
+    def write_markdown(self, path: Path) -> None:
+        _write(path, self.as_markdown())
+
+
+def _write(path: Path, text: str) -> None:
+    """Write a report whole, secrets masked: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(scrub(text), "utf-8")
+    partial.replace(path)
+
+
+def _rank(outcome: str) -> int:
+    return _PRECEDENCE.index(outcome) if outcome in _PRECEDENCE else len(_PRECEDENCE)
+
+
+def _order(clause: str) -> tuple[int, str]:
+    return (position(clause), clause)

@@ -1,0 +1,295 @@
+"""What the kit is asked to judge, resolved from the command line, the environment and ini files.
+
+Every option has three spellings: ``--tokcap-sink`` on the command line, ``TOKCAP_SINK`` in
+the environment and ``tokcap_sink`` in an ini file. The first one given wins, in that order.
+A bad value is refused with an error naming where it came from. Kwarg *values* never appear
+in an error: they may hold credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tokcap_pytest import DEFAULT_ENTRY_CLASS, DEFAULT_SEED, DEFAULT_TIMEOUTS, OPTIONS, Option
+
+__all__ = [
+    "CAPABILITIES",
+    "DEFAULT_ENTRY_CLASS",
+    "DEFAULT_SEED",
+    "FENCES",
+    "OPTIONS",
+    "PROFILES",
+    "KitSettings",
+    "Option",
+    "SettingsError",
+    "resolve_settings",
+]
+
+CAPABILITIES = ("no-delete", "process-local")
+FENCES = ("any", "strict")
+PROFILES = ("quick", "ci", "thorough")
+
+
+class SettingsError(ValueError):
+    """A ``--tokcap-*`` value is unusable; the message names the option and where it came from."""
+
+
+@dataclass(frozen=True)
+class KitSettings:
+    """The resolved target and the rules it is judged by. Immutable for the whole run."""
+
+    sink: str
+    sink_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    source: str = ""
+    source_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    fence: Literal["any", "strict"] = "any"
+    capabilities: frozenset[str] = frozenset()
+    seed: int = DEFAULT_SEED
+    profile: str = "ci"
+    report: Path | None = None
+    report_md: Path | None = None
+    config: Path | None = None
+    entry_class: str = DEFAULT_ENTRY_CLASS
+    timeout: float = DEFAULT_TIMEOUTS["ci"]
+    """Seconds any one call into the implementation may take."""
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            object.__setattr__(self, "source", self.sink)
+            object.__setattr__(self, "source_kwargs", self.sink_kwargs)
+
+    @property
+    def judged_directory(self) -> Path | None:
+        """The folder the kit made inside a Gym config's bare ``dir``, removed after the run."""
+        root = self.sink_kwargs.get("root")
+        if self.config is None or not isinstance(root, str):
+            return None
+        path = Path(root)
+        return path if path.name.startswith(".tokcap-conformance-") else None
+
+    @property
+    def secrets(self) -> dict[str, Any]:
+        """Every kwarg the run was given, for redaction."""
+        return {"sink": dict(self.sink_kwargs), "source": dict(self.source_kwargs)}
+
+    def claims(self, capability: str) -> bool:
+        """Return whether the user declared ``capability``."""
+        return capability in self.capabilities
+
+
+Lookup = Callable[[Option], "tuple[str | list[str] | None, str]"]
+
+
+def resolve_settings(
+    cli: Lookup, env: Mapping[str, str], ini: Lookup, scratch: Callable[[], Path]
+) -> KitSettings | None:
+    """Resolve every option (CLI, then environment, then ini); None when no target is given.
+
+    ``cli`` and ``ini`` return ``(value, where)``; a value of None or ``[]`` means not given.
+    ``scratch`` makes the directory ``{tmp_path}`` stands for; it is called only when a kwarg
+    uses it.
+    """
+    raw: dict[str, tuple[Any, str]] = {}
+    for option in OPTIONS:
+        for lookup in (cli, lambda o: _from_env(o, env), ini):
+            value, where = lookup(option)
+            if value not in (None, "", []):
+                raw[option.name] = (value, where)
+                break
+    if "sink" not in raw and "config" not in raw:
+        if "source" in raw:
+            _, where = raw["source"]
+            raise SettingsError(
+                f"--tokcap-source (from {where}) needs --tokcap-sink or --tokcap-config"
+            )
+        return None
+    return _build(raw, _Scratch(scratch))
+
+
+def _from_env(option: Option, env: Mapping[str, str]) -> tuple[str | list[str] | None, str]:
+    value = env.get(option.env)
+    if value is None:
+        return None, ""
+    if option.multiple:
+        return [
+            part for part in value.replace(",", " ").split() if part
+        ], f"environment {option.env}"
+    return value, f"environment variable {option.env}"
+
+
+class _Scratch:
+    """The ``{tmp_path}`` directory, made on first use."""
+
+    def __init__(self, make: Callable[[], Path]) -> None:
+        self._make = make
+        self._path: Path | None = None
+
+    def __str__(self) -> str:
+        if self._path is None:
+            self._path = self._make()
+        return str(self._path)
+
+
+def _build(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
+    profile = _choice(raw, "profile", PROFILES, "ci")
+    sink, sink_kwargs, config_path = _sink_target(raw, tmp_root)
+    source = _target(raw, "source") if "source" in raw else ""
+    source_kwargs = (
+        _kwargs(raw, "source-kwargs", tmp_root) if "source-kwargs" in raw else dict(sink_kwargs)
+    )
+    return KitSettings(
+        sink=sink,
+        sink_kwargs=sink_kwargs,
+        source=source or sink,
+        source_kwargs=source_kwargs,
+        fence=_choice(raw, "fence", FENCES, "any"),  # type: ignore[arg-type]
+        capabilities=_capabilities(raw),
+        seed=_seed(raw),
+        profile=profile,
+        report=_path(raw, "report"),
+        report_md=_path(raw, "report-md"),
+        config=config_path,
+        entry_class=_entry_class(raw),
+        timeout=_timeout(raw, profile),
+    )
+
+
+def _sink_target(
+    raw: dict[str, tuple[Any, str]], tmp_root: _Scratch
+) -> tuple[str, dict[str, Any], Path | None]:
+    if "sink" in raw:
+        return _target(raw, "sink"), _kwargs(raw, "sink-kwargs", tmp_root), None
+    value, where = raw["config"]
+    from conformance._gym_config import DIRECTORY_ONLY, sink_from_gym_config
+
+    path = Path(value)
+    try:
+        target, kwargs = sink_from_gym_config(path)
+    except (OSError, ValueError) as exc:
+        raise SettingsError(f"--tokcap-config={value!r} (from {where}): {exc}") from None
+    if kwargs.pop(DIRECTORY_ONLY, False):
+        # Test rollouts never go among real captures: a fresh folder inside, removed at the end.
+        kwargs["root"] = str(Path(kwargs["root"]) / f".tokcap-conformance-{uuid.uuid4().hex[:12]}")
+    return target, _substitute(kwargs, tmp_root), path
+
+
+def _target(raw: dict[str, tuple[Any, str]], name: str) -> str:
+    value, where = raw[name]
+    module, sep, attr = str(value).partition(":")
+    if not sep or not module or not attr:
+        raise SettingsError(
+            f"--tokcap-{name}={value!r} (from {where}) must have the form 'module.path:ClassName'"
+        )
+    return str(value)
+
+
+def _kwargs(raw: dict[str, tuple[Any, str]], name: str, tmp_root: _Scratch) -> dict[str, Any]:
+    if name not in raw:
+        return {}
+    value, where = raw[name]
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        # The decoder's message names a position, never the text, so no value leaks here.
+        raise SettingsError(
+            f"--tokcap-{name} (from {where}) is not valid JSON: {exc.msg} at line {exc.lineno} "
+            f'column {exc.colno}; pass a JSON object such as \'{{"root": "{{tmp_path}}"}}\''
+        ) from None
+    if not isinstance(parsed, dict):
+        raise SettingsError(
+            f"--tokcap-{name} (from {where}) must be a JSON object, got a JSON "
+            f"{type(parsed).__name__}"
+        )
+    substituted: dict[str, Any] = _substitute(parsed, tmp_root)
+    return substituted
+
+
+def _substitute(data: Any, tmp_root: _Scratch) -> Any:
+    """Replace ``{tmp_path}`` in every string by a fresh directory made for this run."""
+    if isinstance(data, str):
+        return data.replace("{tmp_path}", str(tmp_root)) if "{tmp_path}" in data else data
+    if isinstance(data, dict):
+        return {key: _substitute(value, tmp_root) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_substitute(value, tmp_root) for value in data]
+    return data
+
+
+def _choice(
+    raw: dict[str, tuple[Any, str]], name: str, allowed: tuple[str, ...], default: str
+) -> str:
+    if name not in raw:
+        return default
+    value, where = raw[name]
+    if value not in allowed:
+        raise SettingsError(
+            f"--tokcap-{name}={value!r} (from {where}) is not one of: {', '.join(allowed)}"
+        )
+    return str(value)
+
+
+def _capabilities(raw: dict[str, tuple[Any, str]]) -> frozenset[str]:
+    if "capability" not in raw:
+        return frozenset()
+    values, where = raw["capability"]
+    names = [part for value in values for part in str(value).replace(",", " ").split()]
+    unknown = sorted(set(names) - set(CAPABILITIES))
+    if unknown:
+        raise SettingsError(
+            f"--tokcap-capability (from {where}) names unknown capabilities {', '.join(unknown)}; "
+            f"known: {', '.join(CAPABILITIES)}"
+        )
+    return frozenset(names)
+
+
+def _seed(raw: dict[str, tuple[Any, str]]) -> int:
+    if "seed" not in raw:
+        return DEFAULT_SEED
+    value, where = raw["seed"]
+    try:
+        return int(value)
+    except ValueError:
+        raise SettingsError(f"--tokcap-seed={value!r} (from {where}) must be an integer") from None
+
+
+def _path(raw: dict[str, tuple[Any, str]], name: str) -> Path | None:
+    if name not in raw:
+        return None
+    return Path(os.path.expanduser(str(raw[name][0])))
+
+
+def _entry_class(raw: dict[str, tuple[Any, str]]) -> str:
+    if "entry-class" not in raw:
+        return DEFAULT_ENTRY_CLASS
+    target = _target(raw, "entry-class")
+    from conformance._entries import EntryClassError, load_entry_class
+
+    try:
+        load_entry_class(target)
+    except EntryClassError as exc:
+        raise SettingsError(
+            f"--tokcap-entry-class={target!r} (from {raw['entry-class'][1]}): {exc}"
+        ) from None
+    return target
+
+
+def _timeout(raw: dict[str, tuple[Any, str]], profile: str) -> float:
+    if "timeout" not in raw:
+        return DEFAULT_TIMEOUTS[profile]
+    value, where = raw["timeout"]
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise SettingsError(
+            f"--tokcap-timeout={value!r} (from {where}) must be a positive number of seconds"
+        )
+    return seconds

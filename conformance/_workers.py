@@ -1,0 +1,480 @@
+"""Spawned children, as uvicorn workers are, watched together under the run's deadline.
+
+One harness serves the SPAWN checks (:func:`run_workers`) and the lanes that record
+concurrent histories (:mod:`conformance._history.record`). A child receives only its
+:class:`Job`: the target strings and kwargs of the endpoints it builds, the entry class, and
+the calls it makes. Nothing the parent installed reaches it. It declares the kwargs' secrets,
+builds its endpoints, runs its calls, closes its endpoints and reports a
+:class:`WorkerOutcome` whose error text is stripped of those secrets.
+
+Every child tells its parent which call into the implementation it is in (:class:`Progress`).
+The parent watches all of them together (:class:`Supervisor`): a child whose call overruns
+the deadline is killed and reported with that call, and one that dies is reported with the
+call it was in and its exit code or signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import signal
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from threading import BrokenBarrierError
+from typing import Any, Protocol
+
+from conformance import _deadline as deadline
+from conformance._secrecy import keep, scrub
+from conformance._settings import DEFAULT_ENTRY_CLASS
+from tokcap_pytest import DEFAULT_TIMEOUTS
+
+__all__ = [
+    "Build",
+    "Built",
+    "Job",
+    "Meeting",
+    "Operation",
+    "Progress",
+    "Supervisor",
+    "WorkerOutcome",
+    "WorkerPlan",
+    "constructor",
+    "run_workers",
+]
+
+STRAGGLE = 120.0
+"""Seconds a child may wait for its siblings (a barrier, a count of steps) before it gives up
+by itself; only reached when the parent is gone, since the parent stops every child it gave
+up on."""
+
+Build = tuple[str, str, dict[str, Any]]
+"""One endpoint a child builds: its role (``sink`` or ``source``), target string and kwargs."""
+
+
+@dataclass
+class WorkerOutcome:
+    """What one child reported, or what the parent saw of it.
+
+    ``stage`` is ``ok``, ``build`` (it could not build its endpoints, or waited for a child
+    that could not), ``operation`` (a call raised, or the child died or was stopped) or
+    ``hung`` (a call overran the deadline).
+    ``acked`` counts the calls acknowledged before that; ``events`` holds what a history lane
+    recorded.
+    """
+
+    stage: str
+    acked: int = 0
+    error: str = ""
+    events: list[Any] = field(default_factory=list)
+
+
+class Progress:
+    """The child's side of the watch: say which call it is in, and when it is in none.
+
+    A call lasts, as the parent sees it, until the next call or :meth:`idle`: a child calls
+    ``idle`` only before it waits for something other than the implementation. ``acked``,
+    which the job counts up, goes with every call.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.acked = 0
+
+    def call(self, what: str, where: str = "") -> None:
+        self.conn.send(("call", what, where, self.acked))
+
+    def idle(self) -> None:
+        self.conn.send(("idle",))
+
+    def ready(self) -> None:
+        self.conn.send(("ready",))
+
+    def result(self, outcome: WorkerOutcome) -> None:
+        self.conn.send(("result", outcome))
+
+
+class Meeting:
+    """What the children of one supervisor share: where they meet, and a count of steps.
+
+    ``build`` holds every child until all have started, so that their constructions race;
+    ``start`` holds every child and the parent until all have built, so that their calls
+    race. Each is None when the supervisor did not ask for it.
+    """
+
+    def __init__(self, context: Any, children: int, *, build: bool, start: bool) -> None:
+        self.build = context.Barrier(children) if build else None
+        self.start = context.Barrier(children + 1) if start else None
+        # No lock of its own: children change it under ``changed``, and one killed mid-update
+        # must not leave a lock the parent's reads would wait on forever.
+        self.steps = context.Value("q", 0, lock=False)
+        self.changed = context.Condition()
+
+    @property
+    def broken(self) -> bool:
+        """Whether the start was called off: some child failed or was given up on first."""
+        return self.start is not None and self.start.broken
+
+    def abort(self) -> None:
+        """Call the start off: whoever waits there, or comes to it, goes on at once.
+
+        The build meeting is never called off: a child released from it that has not yet woken
+        would read the call-off as its own failure.
+        """
+        if self.start is not None:
+            self.start.abort()
+
+    def advance(self) -> None:
+        """Count one step and wake every child waiting for a count."""
+        with self.changed:
+            self.steps.value += 1
+            self.changed.notify_all()
+
+    def reach(self, count: int) -> None:
+        """Wait until the children together have made ``count`` steps."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.steps.value >= count, STRAGGLE)
+
+    def release(self) -> None:
+        """Let every child waiting for a count go on: one that stopped early makes no more."""
+        with self.changed:
+            self.steps.value = 2**62
+            self.changed.notify_all()
+
+
+@dataclass(frozen=True)
+class Built:
+    """What a child built: the entry class and the endpoints its job asked for."""
+
+    entry: type[Any]
+    sink: Any = None
+    source: Any = None
+
+
+class Job(Protocol):
+    """What one child builds and does; a module-level class, so that it pickles.
+
+    ``entry_class`` names the class each put's entry is built with, from the payload's fields;
+    ``endpoints`` says what the child builds, in order; ``calls`` names every operation of the
+    implementation that ``run`` may call, for the breaker. ``run`` makes the calls, telling
+    ``progress`` about each; the harness closes the endpoints after it.
+    """
+
+    @property
+    def entry_class(self) -> str: ...
+
+    def endpoints(self) -> tuple[Build, ...]: ...
+
+    def calls(self) -> set[str]: ...
+
+    async def run(self, built: Built, progress: Progress, meeting: Meeting) -> WorkerOutcome: ...
+
+
+@dataclass
+class _Child:
+    """One spawned child as the parent sees it."""
+
+    name: str
+    process: Any
+    conn: Connection
+    doing: str = "starting"
+    where: str = ""
+    since: float | None = None
+    ready: bool = False
+    acked: int = 0
+    """Operations the child reported acknowledged when it began its latest call."""
+    result: WorkerOutcome | None = None
+    problem: str = ""
+    """Why the child ended without reporting: it overran a deadline, died or was stopped."""
+    overran: bool = False
+
+    @property
+    def over(self) -> bool:
+        return self.result is not None or bool(self.problem)
+
+
+class Supervisor:
+    """Spawns a child per job and watches all of them at once under the deadline in force.
+
+    With ``build_together`` the children build their endpoints only once all of them have
+    started; with ``start_together`` they wait, built, until all of them have. With
+    ``stop_siblings`` the first child that overruns or dies stops every other one, each
+    reported as stopped for that reason, and the start is called off.
+    """
+
+    def __init__(
+        self,
+        jobs: Sequence[tuple[str, Job]],
+        *,
+        build_together: bool = False,
+        start_together: bool = False,
+        stop_siblings: str = "",
+    ) -> None:
+        watch = deadline.current_watch()
+        if watch is not None and watch.abandoned is not None:
+            raise watch.abandoned  # the check was given up on: it starts nothing more
+        self.seconds = watch.seconds if watch else DEFAULT_TIMEOUTS["ci"]
+        self.clause = watch.clause if watch else ""
+        self._jobs = list(jobs)
+        self._context = multiprocessing.get_context("spawn")
+        self.meeting = Meeting(
+            self._context, len(self._jobs), build=build_together, start=start_together
+        )
+        self._stop_siblings = stop_siblings
+        self._children: list[_Child] = []
+
+    def start(self) -> None:
+        """Spawn every child, unless an operation one of them calls overran too often.
+
+        The breaker counts overruns here and in children apart; a child checks both. With
+        ``start_together``, return once every child has built its endpoints and all of them
+        run; when one could not build, none runs, and each says why in :meth:`finish`.
+        """
+        names: set[str] = set()
+        for _, job in self._jobs:
+            names |= job.calls() | {constructor(target) for _, target, _ in job.endpoints()}
+        deadline.breaker.check(sorted(names | {_in_child(name) for name in names}))
+        for name, job in self._jobs:
+            receive, send = self._context.Pipe(duplex=False)
+            process = self._context.Process(
+                target=_child_main, args=(name, job, self.meeting, send), daemon=True
+            )
+            process.start()
+            send.close()
+            self._children.append(_Child(name, process, receive))
+        if self.meeting.start is not None:
+            self._start_together(self.meeting.start)
+
+    def _start_together(self, start: Any) -> None:
+        children = self._children
+        self.watch(until=lambda: all(child.ready or child.over for child in children))
+        if not all(child.ready for child in children):
+            start.abort()
+            return
+        try:
+            start.wait(timeout=STRAGGLE)
+        except BrokenBarrierError:
+            return  # A child that failed to build says why in finish().
+
+    def watch(self, until: Callable[[], bool] = lambda: False) -> None:
+        """Read the children's progress until ``until()`` holds or every child is over."""
+        while not until():
+            live = [child for child in self._children if not child.over]
+            if not live:
+                return
+            waits = [child.conn for child in live] + [child.process.sentinel for child in live]
+            ready = wait(waits, self._time_left(live))
+            for child in live:
+                if child.conn in ready or child.process.sentinel in ready:
+                    self._read(child)
+            self._enforce(live)
+
+    def finish(self) -> list[WorkerOutcome]:
+        """Watch until every child is over, reap them all and return each one's outcome."""
+        self.watch()
+        for child in self._children:
+            child.process.join(5)
+            if child.process.is_alive():
+                child.process.kill()
+                child.process.join()
+            child.conn.close()
+        return [_outcome(child) for child in self._children]
+
+    def _time_left(self, live: Iterable[_Child]) -> float | None:
+        starts = [child.since for child in live if child.since is not None]
+        if not starts:
+            return None
+        return max(0.0, min(starts) + self.seconds - time.monotonic())
+
+    def _read(self, child: _Child) -> None:
+        try:
+            while child.conn.poll():
+                message = child.conn.recv()
+                if message[0] == "call":
+                    child.doing, child.where, child.acked = message[1], message[2], message[3]
+                    child.since = time.monotonic()
+                elif message[0] == "idle":
+                    child.since = None
+                elif message[0] == "ready":
+                    child.ready, child.since = True, None
+                else:
+                    child.result = message[1]
+                    return
+        except (EOFError, OSError):
+            pass
+        if not child.process.is_alive():
+            child.process.join()
+            during = f" during {deadline.label(child.doing)}" if child.since else ""
+            where = f" ({child.where})" if child.where and child.since else ""
+            child.problem = (
+                f"{child.name} died{during}{where}: {_exit_text(child.process.exitcode)}"
+            )
+            self._problem()
+
+    def _enforce(self, live: Iterable[_Child]) -> None:
+        now = time.monotonic()
+        for child in live:
+            if child.over or child.since is None or now - child.since < self.seconds:
+                continue
+            child.process.kill()
+            where = f" ({child.where})" if child.where else ""
+            overrun = deadline.Overrun(deadline.label(child.doing), self.seconds, where)
+            child.problem, child.overran = f"{child.name}: {overrun}", True
+            deadline.breaker.trip(_in_child(child.doing), self.clause, str(overrun))
+            self._problem()
+
+    def _problem(self) -> None:
+        if not self._stop_siblings:
+            return
+        for child in self._children:
+            if not child.over:
+                child.process.kill()
+                child.problem = f"{child.name} stopped: {self._stop_siblings}"
+        self.meeting.abort()
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"killed by signal {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def _in_child(operation: str) -> str:
+    """How the breaker names ``operation`` when it overran in a spawned child.
+
+    Kept apart from the same operation in the pytest process, which may work.
+    """
+    return f"{operation} in a spawned worker"
+
+
+def _outcome(child: _Child) -> WorkerOutcome:
+    if child.result is not None:
+        return child.result
+    if child.doing.startswith("the constructor") or child.doing == "starting":
+        stage = "build"
+    else:
+        stage = "hung" if child.overran else "operation"
+    return WorkerOutcome(stage, child.acked, child.problem)
+
+
+def constructor(target: str) -> str:
+    """How a watch names building ``target``."""
+    return f"the constructor of {target}"
+
+
+def _failure(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _child_main(name: str, job: Job, meeting: Meeting, conn: Connection) -> None:
+    """What every child runs: build the job's endpoints, run its calls, report the outcome."""
+    from conformance._entries import load_entry_class
+    from conformance._kit import build_endpoint
+
+    builds = job.endpoints()
+    for _, _, kwargs in builds:
+        keep(kwargs)
+    progress = Progress(conn)
+    try:
+        entry = load_entry_class(job.entry_class)
+        if meeting.build is not None:
+            meeting.build.wait(timeout=STRAGGLE)
+        endpoints: dict[str, Any] = {}
+        for role, target, kwargs in builds:
+            progress.call(constructor(target))
+            endpoints[role] = build_endpoint(target, kwargs, role)
+    except Exception as exc:
+        meeting.abort()
+        roles = " and ".join(role for role, _, _ in builds)
+        error = scrub(f"{name} could not build its {roles}: {_failure(exc)}")
+        progress.result(WorkerOutcome("build", error=error))
+        return
+    progress.ready()
+    try:
+        if meeting.start is not None:
+            meeting.start.wait(timeout=STRAGGLE)
+    except BrokenBarrierError:
+        progress.result(WorkerOutcome("build"))  # The child that failed to build says why.
+        return
+    try:
+        outcome = asyncio.run(_run(job, Built(entry, **endpoints), progress, meeting))
+    except Exception as exc:
+        meeting.release()
+        error = scrub(f"{name} stopped: {_failure(exc)}")
+        outcome = WorkerOutcome("operation", progress.acked, error)
+    progress.result(outcome)
+
+
+async def _run(job: Job, built: Built, progress: Progress, meeting: Meeting) -> WorkerOutcome:
+    try:
+        return await job.run(built, progress, meeting)
+    finally:
+        for endpoint in (built.sink, built.source):
+            if endpoint is not None:
+                progress.call("close")
+                await endpoint.close()
+
+
+@dataclass(frozen=True)
+class Operation:
+    """``("put", fields_json)`` or ``("mark", rollout_id, model_call_id)``.
+
+    ``fields_json`` is the kit's canonical form of the entry's fields.
+    """
+
+    kind: str
+    payload: bytes = b""
+    rollout_id: str = ""
+    model_call_id: str = ""
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """What one SPAWN worker builds and does: a sink, then its operations in order."""
+
+    target: str
+    kwargs: dict[str, Any] = field(repr=False)
+    operations: tuple[Operation, ...] = ()
+    entry_class: str = DEFAULT_ENTRY_CLASS
+    """The class the worker builds each put's entry with, from the payload's fields."""
+
+    def endpoints(self) -> tuple[Build, ...]:
+        return (("sink", self.target, self.kwargs),)
+
+    def calls(self) -> set[str]:
+        return {"put" if op.kind == "put" else "mark_incomplete" for op in self.operations}
+
+    async def run(self, built: Built, progress: Progress, meeting: Meeting) -> WorkerOutcome:
+        """Run the operations; the first that raises ends the worker with its error and line."""
+        total = len(self.operations)
+        try:
+            for number, operation in enumerate(self.operations, 1):
+                where = f"operation {number} of {total}"
+                if operation.kind == "put":
+                    progress.call("put", where)
+                    await built.sink.put(built.entry(**json.loads(operation.payload)))
+                else:
+                    progress.call("mark_incomplete", where)
+                    await built.sink.mark_incomplete(operation.rollout_id, operation.model_call_id)
+                progress.acked += 1
+        except Exception as exc:
+            frames = traceback.extract_tb(exc.__traceback__)
+            where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+            return WorkerOutcome("operation", progress.acked, scrub(_failure(exc) + where))
+        return WorkerOutcome("ok", progress.acked)
+
+
+def run_workers(plans: list[WorkerPlan], *, together: bool = True) -> list[WorkerOutcome]:
+    """Run each plan in its own spawned interpreter and return what each one reported.
+
+    With ``together`` every worker constructs its sink only once all of them have started,
+    so constructions race (SPAWN-2). Every call a worker makes has the deadline in force; a
+    worker that overruns is killed and reported ``hung``.
+    """
+    jobs = [(f"spawned worker {number}", plan) for number, plan in enumerate(plans)]
+    supervisor = Supervisor(jobs, build_together=together)
+    supervisor.start()
+    return supervisor.finish()
