@@ -42,31 +42,24 @@ __all__ = [
     "run_check",
 ]
 
-_HOMES = {
-    "CLAUSES": "conformance.catalog",
-    "FAMILY_TITLES": "conformance.catalog",
-    "KIT": "conformance.catalog",
-    "Clause": "conformance.catalog",
-    "clause": "conformance.catalog",
-    "Check": "conformance._registry",
-    "all_checks": "conformance._registry",
-    "checks_by_id": "conformance._registry",
-    "CheckBlocked": "conformance._runner",
-    "CheckSkipped": "conformance._runner",
-    "run_check": "conformance._runner",
-    "KitSettings": "conformance._settings",
-    "SettingsError": "conformance._settings",
-    "resolve_settings": "conformance._settings",
-    "ClauseViolation": "conformance._violation",
+_EXPORTED_FROM = {
+    "conformance.catalog": ("CLAUSES", "FAMILY_TITLES", "KIT", "Clause", "clause"),
+    "conformance._registry": ("Check", "all_checks", "checks_by_id"),
+    "conformance._runner": ("CheckBlocked", "CheckSkipped", "run_check"),
+    "conformance._settings": ("KitSettings", "SettingsError", "resolve_settings"),
+    "conformance._violation": ("ClauseViolation",),
 }
+"""Each module the exported names live in, with its names."""
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'conformance' has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+    for module, names in _EXPORTED_FROM.items():
+        if name in names:
+            value = getattr(importlib.import_module(module), name)
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module 'conformance' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    return sorted({*globals(), *__all__})

@@ -42,3 +42,9 @@ def test_importing_the_package_imports_nothing_else() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert loaded == "[]"
+
+
+def test_the_export_table_and_all_agree() -> None:
+    """Every exported name has one home module, and ``__all__`` lists exactly those names."""
+    homes = [name for names in conformance._EXPORTED_FROM.values() for name in names]
+    assert sorted(homes) == sorted(conformance.__all__)

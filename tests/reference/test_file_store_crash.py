@@ -1,8 +1,8 @@
 """Spawned FileTokenStore writers killed with SIGKILL lose no acked entry (tools/crash_runs.py).
 
-The harness and its 200-run command live in ``tools/crash_runs.py``; these tests run a few of
-its trials, one deterministic trial of each way to die, and check that its verification does
-report the damage it is there to find.
+The harness lives in ``crash_harness.py`` beside this file and its 200-run command in
+``tools/crash_runs.py``; these tests run a few of its trials, one deterministic trial of each
+way to die, and check that its verification does report the damage it is there to find.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import pytest
 from reference._file_log import log_name
 from reference.file_store import FileTokenStore
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture
 def harness(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    # Spawned writers import the harness by name, so its root must be on their sys.path too.
-    monkeypatch.syspath_prepend(str(REPOSITORY))
-    return importlib.import_module("tools.crash_runs")
+    # Spawned writers import the harness by name, so its folder must be on their sys.path too.
+    monkeypatch.syspath_prepend(str(HERE))
+    return importlib.import_module("crash_harness")
 
 
 def put_planned(harness: ModuleType, root: Path, rollout_id: str, calls: list[str]) -> None:

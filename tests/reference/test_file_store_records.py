@@ -217,7 +217,7 @@ class TestParsing:
                     parse_record(bytes(damaged))
 
 
-class TestRolloutState:
+class TestReplayedRollout:
     def test_a_fresh_state_is_unopened_and_clean(self) -> None:
         """Before any record the rollout is unopened, unfrozen and clean at version 0."""
         state = ReplayedRollout("r")
