@@ -1,23 +1,12 @@
-"""Kill spawned FileTokenStore writers with SIGKILL at random moments; check every ack survives.
+"""Run many crash trials of the file store: SIGKILLed writers must lose no acknowledged entry.
 
-Each run starts writers in freshly spawned interpreters. A writer puts entries into a few rollouts
-and, after every acknowledged put and before its next one, reports the ack to this process over a
-pipe. Each writer is then killed with SIGKILL: either by this process, a random moment after a
-random number of acks, or by itself in the middle of a record, after writing only part of it (the
-torn write a crash leaves behind). Half of the runs then start a second generation that writes on
-top of the damage and is killed in turn.
-
-Afterwards a fresh store in this process must open and freeze every rollout and show every acked
-entry exactly once, byte for byte, with nothing torn, nothing that was never put, the rollout
-clean and its version equal to its entry count; a second fresh instance must agree, and the
-snapshot must drop.
+What one trial does, and what it checks afterwards, is in ``tests/reference/crash_harness.py``.
 
     python tools/crash_runs.py --runs 200 [--seed 1] [--root DIR]
 
 prints one line per failed run and a summary: runs, acks, acked entries lost (must be 0), runs with
 problems (must be 0), writers killed by the parent, writers that died mid-record, and torn tails
-left for the final freeze to cut. It exits 1 on any loss or
-problem. ``tests/reference/test_file_store_crash.py`` runs a few of the same trials.
+left for the final freeze to cut. It exits 1 on any loss or problem.
 """
 
 from __future__ import annotations
