@@ -39,7 +39,7 @@ __all__ = [
     "DISK_GOAL",
     "Cell",
     "SqliteTokenStore",
-    "Workload",
+    "PutPlan",
     "disk_floor",
     "entry_pool",
     "main_sections",
@@ -102,7 +102,7 @@ def packed(entry: TokenEntry) -> bytes:
 
 
 @dataclass(frozen=True)
-class Workload:
+class PutPlan:
     """The puts of one cell: ``rollouts`` rollouts of ``per_rollout`` entries each."""
 
     shape: str
@@ -246,7 +246,7 @@ async def put_all(sink: Sink, batches: Sequence[Sequence[TokenEntry]]) -> float:
     return time.perf_counter() - started
 
 
-def in_process(kind: str, root: str, workload: Workload) -> float:
+def in_process(kind: str, root: str, workload: PutPlan) -> float:
     """Return the wall seconds ``kind`` takes to put ``workload`` in this process."""
     batches = workload.batches()
 
@@ -260,7 +260,7 @@ def in_process(kind: str, root: str, workload: Workload) -> float:
     return asyncio.run(timed())
 
 
-def _spawned_worker(kind: str, root: str, workload: Workload, go: Any) -> None:
+def _spawned_worker(kind: str, root: str, workload: PutPlan, go: Any) -> None:
     batches = workload.batches()
 
     async def write() -> None:
@@ -272,7 +272,7 @@ def _spawned_worker(kind: str, root: str, workload: Workload, go: Any) -> None:
     asyncio.run(write())
 
 
-def spawned(kind: str, root: str, workload: Workload, processes: int) -> float:
+def spawned(kind: str, root: str, workload: PutPlan, processes: int) -> float:
     """Run ``workload`` in each of ``processes`` spawned interpreters; return the wall seconds.
 
     Each process writes its own rollouts; the clock starts once all of them are ready.
@@ -282,7 +282,7 @@ def spawned(kind: str, root: str, workload: Workload, processes: int) -> float:
     workers = [
         context.Process(
             target=_spawned_worker,
-            args=(kind, root, Workload(**{**vars(workload), "tag": f"{workload.tag}-p{p}"}), go),
+            args=(kind, root, PutPlan(**{**vars(workload), "tag": f"{workload.tag}-p{p}"}), go),
         )
         for p in range(processes)
     ]
@@ -315,7 +315,7 @@ def timed_from_barrier(workers: Sequence[Worker], go: Any) -> float:
 class Cell:
     """One row of the table: medians of the three contenders on one workload."""
 
-    workload: Workload
+    workload: PutPlan
     processes: int
     store: float
     disk: float
@@ -329,11 +329,11 @@ class Cell:
         return self.puts / seconds
 
 
-def measure_cell(root: str, workload: Workload, processes: int, rounds: int) -> Cell:
+def measure_cell(root: str, workload: PutPlan, processes: int, rounds: int) -> Cell:
     """Measure the store, the disk floor and sqlite on ``workload``, in turn, ``rounds`` times."""
     store, disk, sqlite = [], [], []
     for round_ in range(rounds):
-        tagged = Workload(**{**vars(workload), "tag": f"{workload.tag}-{round_}"})
+        tagged = PutPlan(**{**vars(workload), "tag": f"{workload.tag}-{round_}"})
         if processes == 1:
             store.append(in_process("store", root, tagged))
             sqlite.append(in_process("sqlite", root, tagged))
@@ -384,7 +384,7 @@ def section_table(root: str, quick: bool) -> list[Cell]:
     cells = []
     for shape, rollouts, processes in plan:
         per_rollout = max(1, totals[shape] // (rollouts * processes))
-        workload = Workload(shape, rollouts, per_rollout, f"{shape}-{rollouts}-{processes}")
+        workload = PutPlan(shape, rollouts, per_rollout, f"{shape}-{rollouts}-{processes}")
         cell = measure_cell(root, workload, processes, rounds)
         cells.append(cell)
         store, disk, sqlite = (cell.rate(s) for s in (cell.store, cell.disk, cell.sqlite))
@@ -420,7 +420,7 @@ def section_lag(root: str, quick: bool) -> None:
     per_rollout = 1 if quick else 4
     print(f"\n## 2. event-loop lag under 32 concurrent large puts ({per_rollout} per rollout)")
     for kind in ("store", "sqlite"):
-        batches = Workload("large", 32, per_rollout, f"lag-{kind}").batches()
+        batches = PutPlan("large", 32, per_rollout, f"lag-{kind}").batches()
 
         async def measured(
             kind: str = kind, batches: list[list[TokenEntry]] = batches
@@ -448,10 +448,10 @@ def section_lag(root: str, quick: bool) -> None:
 def section_freeze(root: str, quick: bool) -> None:
     """Print freeze ms/MiB of a large rollout and how much it slows other rollouts' puts."""
     count = 30 if quick else 300
-    workload = Workload("large", 1, count, "freeze")
+    workload = PutPlan("large", 1, count, "freeze")
     (batch,) = workload.batches()
     mib = sum(len(e.to_json_bytes()) for e in batch) / 2**20
-    others = Workload("small", 4, 25 if quick else 100, "others").batches()
+    others = PutPlan("small", 4, 25 if quick else 100, "others").batches()
     print(f"\n## 3. freeze of one rollout of {count} large entries ({mib:.1f} MiB of entry JSON)")
 
     async def scenario() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["DURABILITY", "SETTINGS", "Verdict", "judge"]
+__all__ = ["DURABILITY", "SETTINGS", "ServerFindings", "judge"]
 
 SETTINGS: Final = ("maxmemory-policy", "appendonly", "appendfsync", "save")
 """The server settings the verdict is drawn from."""
@@ -30,7 +30,7 @@ _RANK: Final = ("unknown", "none", "rdb-only", "aof-no", "aof-everysec", "aof-al
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ServerFindings:
     """The weakest durability among the nodes, and the nodes whose policy evicts our keys."""
 
     durability: str
@@ -44,14 +44,14 @@ def _durability(values: dict[str, str]) -> str:
     return "rdb-only" if values.get("save", "").strip() else "none"
 
 
-def judge(per_node: dict[str, dict[str, str]] | None) -> Verdict:
+def judge(per_node: dict[str, dict[str, str]] | None) -> ServerFindings:
     """Return the verdict on every node's settings; ``None`` means they could not be read."""
     if not per_node:
-        return Verdict("unknown", ())
+        return ServerFindings("unknown", ())
     levels = [_durability(values) for values in per_node.values()]
     evicting = tuple(
         (node, values["maxmemory-policy"])
         for node, values in sorted(per_node.items())
         if values.get("maxmemory-policy", "").startswith("allkeys-")
     )
-    return Verdict(min(levels, key=_RANK.index), evicting)
+    return ServerFindings(min(levels, key=_RANK.index), evicting)

@@ -20,7 +20,7 @@ MUTANTS = Path(__file__).parent / "mutants"
 if str(MUTANTS) not in sys.path:
     sys.path.insert(0, str(MUTANTS))
 
-from zoo import CORRECT, JudgedStore, Mutant, Run, mutants, run_kit  # noqa: E402
+from zoo import CORRECT, JudgedStore, KitRun, Mutant, mutants, run_kit  # noqa: E402
 
 from conformance._registry import all_checks  # noqa: E402
 from conformance.catalog import CLAUSES, KIT  # noqa: E402
@@ -31,7 +31,7 @@ ZOO = mutants()
 CHECKED = {found.clause for found in all_checks() if found.clause is not None}
 
 
-def _messages(run: Run) -> str:
+def _messages(run: KitRun) -> str:
     shown = [
         f"{c}: {e['message'][:600]}" for c, e in run.clauses.items() if e["outcome"] != "passed"
     ]

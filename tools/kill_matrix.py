@@ -25,7 +25,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT / "tests" / "mutants"))
 
-from zoo import CORRECT, JudgedStore, Mutant, Run, mutants, run_kit  # noqa: E402
+from zoo import CORRECT, JudgedStore, KitRun, Mutant, mutants, run_kit  # noqa: E402
 
 from conformance._registry import all_checks  # noqa: E402
 
@@ -39,7 +39,7 @@ def kit_clauses() -> list[str]:
     return ordered
 
 
-def precision(runs: list[Run]) -> str:
+def precision(runs: list[KitRun]) -> str:
     """Return the precision line: how many mutants fail exactly one clause, and the spread."""
     sizes = [len(run.failed) for run in runs]
     one = sum(size == 1 and run.exact for size, run in zip(sizes, runs, strict=True))
@@ -51,7 +51,7 @@ def precision(runs: list[Run]) -> str:
     )
 
 
-def render(runs: list[Run], controls: list[Run], clauses: list[str], wall: float) -> str:
+def render(runs: list[KitRun], controls: list[KitRun], clauses: list[str], wall: float) -> str:
     """Return the kill matrix as markdown."""
     lines = [
         "# Kill matrix",

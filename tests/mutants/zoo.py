@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CORRECT", "HERE", "JudgedStore", "Mutant", "Run", "mutants", "run_kit"]
+__all__ = ["CORRECT", "HERE", "JudgedStore", "Mutant", "KitRun", "mutants", "run_kit"]
 
 HERE = Path(__file__).resolve().parent
 """The directory that must be on ``PYTHONPATH`` for the kit to import the mutants."""
@@ -148,7 +148,7 @@ def mutants() -> list[Mutant]:
 
 
 @dataclass(frozen=True)
-class Run:
+class KitRun:
     """What one kit run against one store showed."""
 
     target: JudgedStore
@@ -192,7 +192,7 @@ class Run:
         )
 
 
-def run_kit(target: JudgedStore, extra: Sequence[str] = ()) -> Run:
+def run_kit(target: JudgedStore, extra: Sequence[str] = ()) -> KitRun:
     """Run the whole kit against ``target`` in a fresh interpreter and directory."""
     with tempfile.TemporaryDirectory(prefix="tokcap-zoo-") as scratch:
         report = Path(scratch) / "report.json"
@@ -214,18 +214,20 @@ def run_kit(target: JudgedStore, extra: Sequence[str] = ()) -> Run:
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            return Run(target, -1, time.monotonic() - started, problem="timed out")
+            return KitRun(target, -1, time.monotonic() - started, problem="timed out")
         seconds = time.monotonic() - started
         output = done.stdout + done.stderr
         if not report.exists():
             tail = output.strip().splitlines()[-3:]
-            return Run(target, done.returncode, seconds, problem="no report: " + " / ".join(tail))
+            return KitRun(
+                target, done.returncode, seconds, problem="no report: " + " / ".join(tail)
+            )
         clauses = json.loads(report.read_text(encoding="utf-8"))["clauses"]
         pictures = tuple(
             path.name
             for path in sorted(Path(scratch).glob("*timeline*.html"))
             if "<svg" in path.read_text(encoding="utf-8")
         )
-        return Run(
+        return KitRun(
             target, done.returncode, seconds, clauses, output=output[-4000:], timelines=pictures
         )
