@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -69,7 +70,7 @@ class TestReadingAClause:
 
 @pytest.mark.slow
 def test_the_wheel_ships_the_clause_reader_and_the_lock(tmp_path: Path) -> None:
-    """A wheel built from the project holds conformance/clauses.py and the contract lock."""
+    """A wheel built from the project holds the clause reader and the lock, and the reader runs."""
     source = tmp_path / "source"
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "tokcap_pytest.py"):
@@ -89,3 +90,16 @@ def test_the_wheel_ships_the_clause_reader_and_the_lock(tmp_path: Path) -> None:
     (wheel,) = built.glob("tokcap-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"conformance/clauses.py", "conformance/contract.lock.json"} <= names
+    installed = tmp_path / "installed"
+    zipfile.ZipFile(wheel).extractall(installed)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    printed = subprocess.run(
+        [sys.executable, "-m", "conformance.clauses", "DROP-2"],
+        cwd=elsewhere,
+        env={**os.environ, "PYTHONPATH": str(installed)},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert printed.stdout.rstrip("\n") == section("DROP-2").rstrip("\n")
