@@ -1,10 +1,13 @@
 """How one check's result becomes a pytest outcome the verdict can read.
 
-A violation fails the test and names its clause; a check a more basic clause blocked, or one
-that needed an operation the kit stopped calling, is skipped with ``blocked by <clause>`` and
-counts against that clause; a call that overran fails the clause being checked (for a check
-with no primary clause, the covered clause about the operation that overran). What the
-verdict needs travels in the test's ``user_properties``, so it reaches an xdist controller.
+A violation fails the test and names its clause. A check a more basic clause blocked fails
+too, carrying that clause's violation: every clause the report fails then has a failing test
+with its message, whichever check came upon it first, so the terminal, junit, the reports and
+the exit code agree. A check that needed an operation the kit stopped calling (after it
+overran, which already failed a test) is skipped with ``blocked by <clause>``. A call that
+overran fails the clause being checked (for a check with no primary clause, the covered clause
+about the operation that overran). What the verdict needs travels in the test's
+``user_properties``, so it reaches an xdist controller.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def judge(settings: KitSettings, check: Check, properties: list[tuple[str, objec
     __tracebackhide__ = True
     watch = Watch(settings.timeout, check.clause_for(), check.clause_for)
     overran: Overrun | None = None
+    blocked: CheckBlocked | None = None
     if check.covers:
         properties.append((COVERS, " ".join(check.covers)))
     try:
@@ -48,7 +52,7 @@ def judge(settings: KitSettings, check: Check, properties: list[tuple[str, objec
     except CheckSkipped as exc:
         pytest.skip(exc.reason)
     except CheckBlocked as exc:
-        _blocked(properties, exc.blocked_by, str(exc.violation), exc.reason)
+        blocked = exc
     except ClauseViolation as exc:
         properties += [(MESSAGE, str(exc)), (CLAUSE, exc.clause)]
         raise
@@ -57,6 +61,15 @@ def judge(settings: KitSettings, check: Check, properties: list[tuple[str, objec
         _blocked(properties, refused.clause, refused.first, reason)
     except Overrun as exc:
         overran = exc
+    if blocked is not None:
+        evidence = str(blocked.violation)
+        properties += [
+            (BLOCKED_BY, blocked.blocked_by),
+            (BLOCKER_MESSAGE, evidence),
+            (MESSAGE, evidence),
+            (CLAUSE, blocked.blocked_by),
+        ]
+        pytest.fail(f"blocked by {blocked.blocked_by}:\n{evidence}", pytrace=False)
     if overran is not None:
         # A check with no primary clause fails the clause it covers of the overrun operation.
         clause = check.clause_for(overran.what)

@@ -75,7 +75,18 @@ class VerdictHooks:
             message = str(properties.get(outcomes.MESSAGE) or _first_line(report.longreprtext))
             violated = str(properties.get(outcomes.CLAUSE) or found.clause_for())
             verdicts.record(violated, report.nodeid, "failed", message)
-            if found.clause is not None and violated != found.clause:
+            if properties.get(outcomes.BLOCKED_BY):
+                for clause in answering:
+                    if clause != violated:
+                        verdicts.record(
+                            clause,
+                            report.nodeid,
+                            "blocked",
+                            f"blocked by {violated}: {message}",
+                            violated,
+                            soft=soft,
+                        )
+            elif found.clause is not None and violated != found.clause:
                 verdicts.record(
                     found.clause,
                     report.nodeid,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -77,8 +78,27 @@ class TestBlocked:
         assert failed == ["SHAPE-1"]
         assert clauses["PUT-1"]["outcome"] == "blocked"
         assert clauses["PUT-1"]["blocked_by"] == "SHAPE-1"
-        assert "SKIPPED" in output
+        assert "SKIPPED" not in output
+        assert re.search(r"=+ [1-9][0-9]* failed", output)
         assert "blocked by SHAPE-1" in output
+
+
+@pytest.mark.usefixtures("zoo_path")
+class TestOneVerdict:
+    def test_a_clause_found_broken_by_another_check_has_a_failing_test(
+        self, pytester: pytest.Pytester
+    ) -> None:
+        """A clause whose own check did not run fails in junit, the report and the exit code."""
+        code, clauses, _ = kit(
+            pytester, "zoo_put:BuffersUntilClose", "-k", "PUT-3", "--junitxml=junit.xml"
+        )
+        assert code == 1
+        assert clauses["PUT-1"]["outcome"] == "failed"
+        assert clauses["PUT-3"]["outcome"] == "blocked"
+        junit = (pytester.path / "junit.xml").read_text(encoding="utf-8")
+        assert re.search(r'<testsuite [^>]*failures="[1-9]', junit)
+        assert re.search(r'<failure message="Failed: blocked by PUT-1:', junit)
+        assert "[PUT-1] contract violated" in junit
 
 
 @pytest.mark.usefixtures("zoo_path")
