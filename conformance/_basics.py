@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from conformance._checks._operations import (
+    call_of,
     describe,
     drop,
     expect_drop_shape,
@@ -40,9 +41,11 @@ from conformance._workers import Operation, WorkerPlan, constructor, run_workers
 from tokcap_spec.errors import EndpointError
 from tokcap_spec.protocols import TokenSink, TokenSource, protocol_problems
 
-__all__ = ["construct", "first_broken", "freeze_elsewhere"]
+__all__ = ["construct", "first_broken", "freeze_elsewhere", "visible_after"]
 
-_VISIBILITY_ATTEMPTS = 3
+_VISIBILITY_ATTEMPTS = 8
+"""Puts each frozen elsewhere at once, alternately by a source built before and after it,
+some of them large: a commit left behind the ack loses one of these races, run after run."""
 
 _outcomes: dict[tuple[int, str], tuple[KitSettings, ClauseViolation | None]] = {}
 
@@ -146,10 +149,11 @@ def _expect(
 def _visible_on_return(kit: Kit) -> None:
     """PUT-1 and FREEZE-1: a plain put is visible to a fresh source at once; snapshots read."""
     sink = kit.sink()
-    for _ in range(_VISIBILITY_ATTEMPTS):
+    for attempt in range(_VISIBILITY_ATTEMPTS):
         rollout = kit.rollout_id("basic")
-        put(kit, sink, kit.entries.entry(rollout))
-        seen = freeze_elsewhere(kit, rollout)
+        size = 4096 if attempt % 4 == 3 else None
+        entry = kit.entries.entry(rollout, prompt_len=size, generation_len=size)
+        seen = visible_after(kit, sink, entry, built_before=attempt % 2 == 1)
         if isinstance(seen, Unreadable):
             raise seen
         _expect(
@@ -364,7 +368,7 @@ def _masking(kit: Kit) -> None:
     rollout = kit.rollout_id("mask")
     entry = kit.entries.entry(rollout)
     put(kit, sink, entry, clause="PUT-1")
-    mark(kit, kit.sink(), rollout, "basic", clause="MASK-1")
+    mark(kit, kit.sink(), rollout, call_of(entry), clause="MASK-1")
     seen = freeze(kit, kit.source(), rollout, clause="MASK-1")
     _expect(
         kit,
@@ -383,9 +387,10 @@ def _masking(kit: Kit) -> None:
         clause="MASK-5",
     )
     fresh = kit.rollout_id("mask-frozen")
-    put(kit, sink, kit.entries.entry(fresh), clause="PUT-1")
+    fresh_entry = kit.entries.entry(fresh)
+    put(kit, sink, fresh_entry, clause="PUT-1")
     clean = freeze(kit, source, fresh, clause="FREEZE-1")
-    mark(kit, kit.sink(), fresh, "after-freeze", clause="MASK-3")
+    mark(kit, kit.sink(), fresh, call_of(fresh_entry), clause="MASK-3")
     after = freeze(kit, kit.source(), fresh, clause="MASK-3")
     _expect(
         kit,
@@ -396,9 +401,10 @@ def _masking(kit: Kit) -> None:
         clause="MASK-3",
     )
     stale = kit.rollout_id("mask-stale")
-    put(kit, sink, kit.entries.entry(stale), clause="PUT-1")
+    stale_entry = kit.entries.entry(stale)
+    put(kit, sink, stale_entry, clause="PUT-1")
     old = freeze(kit, source, stale, clause="FREEZE-1")
-    mark(kit, kit.sink(), stale, "after-freeze", clause="DROP-4")
+    mark(kit, kit.sink(), stale, call_of(stale_entry), clause="DROP-4")
     _expect(
         kit,
         not drop(kit, source, stale, old.snapshot_id, old.version, clause="DROP-4"),
@@ -407,7 +413,7 @@ def _masking(kit: Kit) -> None:
         "drop must compare the current version, not the one frozen",
         clause="DROP-4",
     )
-    mark(kit, sink, rollout, "again", clause="MASK-2")
+    mark(kit, sink, rollout, call_of(entry), clause="MASK-2")
     for _ in range(2):
         again = freeze(kit, source, rollout, clause="MASK-2")
         _expect(
@@ -427,8 +433,9 @@ def _masking(kit: Kit) -> None:
         clause="MASK-5",
     )
     later = kit.rollout_id("mask-late")
-    put(kit, sink, kit.entries.entry(later), clause="PUT-1")
-    mark(kit, sink, later, "first", clause="MASK-2")
+    first_entry = kit.entries.entry(later)
+    put(kit, sink, first_entry, clause="PUT-1")
+    mark(kit, sink, later, call_of(first_entry), clause="MASK-2")
     put(kit, sink, kit.entries.entry(later), clause="MASK-2")
     before = freeze(kit, source, later, clause="MASK-2")
     _expect(
@@ -447,7 +454,7 @@ def _closing(kit: Kit) -> None:
     rollout = kit.rollout_id("close")
     entry = kit.entries.entry(rollout)
     put(kit, sink, entry, clause="PUT-1")
-    mark(kit, sink, rollout, "closing", clause="MASK-1")
+    mark(kit, sink, rollout, call_of(entry), clause="MASK-1")
     kit.run(sink.raw.close())
     after = freeze(kit, kit.source(), rollout)
     _expect(
@@ -467,12 +474,14 @@ def _spawned(kit: Kit) -> None:
     rollout = kit.rollout_id("spawned")
     marked = kit.rollout_id("spawned-mark")
     entry = kit.entries.entry(rollout)
+    masked = kit.entries.entry(marked)
     plan = WorkerPlan(
         settings.sink,
         dict(settings.sink_kwargs),
         (
             Operation("put", entry_view(entry).payload),
-            Operation("mark", rollout_id=marked, model_call_id="worker"),
+            Operation("put", entry_view(masked).payload),
+            Operation("mark", rollout_id=marked, model_call_id=call_of(masked)),
         ),
         entry_class=settings.entry_class,
     )
@@ -539,18 +548,42 @@ _BASICS: tuple[tuple[Callable[[Kit], None], str | None], ...] = (
 clause), or None when it names the clause of every step."""
 
 
-def freeze_elsewhere(kit: Kit, rollout: str) -> SnapshotView | BaseException:
+def visible_after(
+    kit: Kit, sink: Endpoint, entry: Any, *, built_before: bool
+) -> SnapshotView | BaseException:
+    """Put ``entry`` and freeze its rollout elsewhere the moment the put returns.
+
+    The fresh source is built after the put, or (``built_before``) before it, as a consumer's
+    long-lived source is. The put's own failure is PUT-1's, as in every basic.
+    """
+    rollout = entry_view(entry).rollout_id
+    if not built_before:
+        put(kit, sink, entry, clause="PUT-1")
+        return freeze_elsewhere(kit, rollout)
+    return freeze_elsewhere(kit, rollout, lambda: put(kit, sink, entry, clause="PUT-1"))
+
+
+def freeze_elsewhere(
+    kit: Kit, rollout: str, write: Callable[[], None] | None = None
+) -> SnapshotView | BaseException:
     """Freeze from a fresh source on another thread's loop while the kit's loop stands still.
 
     Work the sink left for its own event loop (a task committing after the ack) cannot run
-    in between, exactly as for a consumer in another process. Returns the snapshot read
-    through the contract, or what went wrong.
+    in between, exactly as for a consumer in another process. With ``write``, the source is
+    built first, ``write`` runs here (a put, say), and the freeze follows the moment it
+    returns: a long-lived consumer's source, and the narrowest window a write-behind commit
+    can hide in. Returns the snapshot read through the contract, or what went wrong.
     """
     found: list[Any] = []
+    ready, go = threading.Event(), threading.Event()
+    timeout = kit.settings.timeout
 
     async def look() -> Any:
         source = build_endpoint(kit.settings.source, dict(kit.settings.source_kwargs), "source")
         try:
+            ready.set()
+            if write is not None and not go.wait(timeout):
+                raise TimeoutError(f"the write did not return within {timeout:g} s")
             return await source.freeze(rollout)
         finally:
             await source.close()
@@ -560,13 +593,22 @@ def freeze_elsewhere(kit: Kit, rollout: str) -> SnapshotView | BaseException:
             found.append(read_snapshot(asyncio.run(look())))
         except BaseException as exc:
             found.append(exc)
+        finally:
+            ready.set()
 
     worker = threading.Thread(target=run, name="tokcap-fresh-source", daemon=True)
     worker.start()
-    worker.join(kit.settings.timeout)
+    try:
+        if write is not None:
+            ready.wait(timeout)
+            try:
+                write()
+            finally:
+                go.set()
+    finally:
+        worker.join(timeout)
     if found:
         return found[0]  # type: ignore[no-any-return]
     return TimeoutError(
-        f"the fresh source's freeze did not return within {kit.settings.timeout:g} s "
-        "(--tokcap-timeout)"
+        f"the fresh source's freeze did not return within {timeout:g} s (--tokcap-timeout)"
     )

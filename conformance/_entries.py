@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from conformance._reading import record_fields
@@ -183,6 +183,26 @@ class EntryFactory:
         )
         return self.build(**fields)
 
+    def field_variants(self, rollout_ids: Callable[[], str]) -> Iterator[tuple[str, Any, Any]]:
+        """Yield ``(what differs, first, second)``: two entries of one call, one field apart.
+
+        Each pair is in a rollout of its own, named by ``rollout_ids()``.
+
+        Every field of the record is varied alone, the token arrays by one element, a log
+        prob by its sign of zero, an extra field by its presence (where the entry class keeps
+        extras). A store that compares only some fields keeps one of them as clean (PUT-4).
+        """
+        rng = self.rng
+        for name, change in _FIELD_CHANGES:
+            fields = self.plain_fields(rollout_ids(), prompt_len=rng.randint(16, 64))
+            fields["generation_log_probs"][0] = 0.0
+            other = {key: _copied(value) for key, value in fields.items()}
+            what = change(other, rng)
+            try:
+                yield f"{name} ({what})", self.build(**fields), self.build(**other)
+            except (TypeError, ValueError):
+                continue  # The entry class refuses this field (extras, say): nothing to vary.
+
     def variant(self, entry: Any) -> Any:
         """Return an entry with the same ids and a different payload (for PUT-4)."""
         data = record_fields(entry)
@@ -191,6 +211,87 @@ class EntryFactory:
         if data.get("routed_experts") is not None:
             data["routed_experts"] = [*data["routed_experts"], [1, 2]]
         return self.build(**data)
+
+
+def _copied(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_copied(each) for each in value]
+    if isinstance(value, dict):
+        return {key: _copied(each) for key, each in value.items()}
+    return value
+
+
+def _nudge_int(values: list[int], rng: random.Random) -> str:
+    where = rng.randrange(len(values))
+    values[where] = values[where] + 1 if values[where] < 2**17 else values[where] - 1
+    return f"one id at {where}"
+
+
+def _change_prompt(fields: dict[str, Any], rng: random.Random) -> str:
+    return _nudge_int(fields["prompt_token_ids"], rng)
+
+
+def _change_generation(fields: dict[str, Any], rng: random.Random) -> str:
+    return _nudge_int(fields["generation_token_ids"], rng)
+
+
+def _change_log_prob(fields: dict[str, Any], rng: random.Random) -> str:
+    values = fields["generation_log_probs"]
+    where = rng.randrange(1, len(values)) if len(values) > 1 else 0
+    values[where] -= 1 / 256
+    return f"one log prob at {where}"
+
+
+def _change_zero_sign(fields: dict[str, Any], rng: random.Random) -> str:
+    fields["generation_log_probs"][0] = -0.0
+    return "0.0 against -0.0"
+
+
+def _change_experts(fields: dict[str, Any], rng: random.Random) -> str:
+    experts = fields["routed_experts"]
+    where = rng.randrange(len(experts))
+    experts[where] = [experts[where][0], (experts[where][1] + 1) % 64]
+    return f"one expert at {where}"
+
+
+def _change_items(fields: dict[str, Any], rng: random.Random) -> str:
+    fields["output_items"][0]["content"] = "another answer"
+    return "the message text"
+
+
+def _change_item_index(fields: dict[str, Any], rng: random.Random) -> str:
+    fields["token_item_index"] = None
+    return "0 against None"
+
+
+def _change_model(fields: dict[str, Any], rng: random.Random) -> str:
+    fields["model"] = "policy-next"
+    return "another model name"
+
+
+def _change_created(fields: dict[str, Any], rng: random.Random) -> str:
+    fields["created_at"] += 1.0
+    return "one second later"
+
+
+def _change_extra(fields: dict[str, Any], rng: random.Random) -> str:
+    fields["x_trace"] = {"attempt": 2}
+    return "an extra field added"
+
+
+_FIELD_CHANGES: tuple[tuple[str, Callable[[dict[str, Any], random.Random], str]], ...] = (
+    ("prompt_token_ids", _change_prompt),
+    ("generation_token_ids", _change_generation),
+    ("generation_log_probs", _change_log_prob),
+    ("generation_log_probs", _change_zero_sign),
+    ("routed_experts", _change_experts),
+    ("output_items", _change_items),
+    ("token_item_index", _change_item_index),
+    ("model", _change_model),
+    ("created_at", _change_created),
+    ("extra fields", _change_extra),
+)
+"""Each way two entries of one call can differ in a single field (PUT-4)."""
 
 
 def _default_class() -> Build:

@@ -139,8 +139,12 @@ class Kit:
         self.observations[key] = value
 
     def rollout_id(self, label: str = "r") -> str:
-        """Return a rollout id no other check, run or process uses."""
-        return f"tk-{run_token()}-{self._slug}-{label}-{next(self._counter)}"
+        """Return a rollout id no other check, run or process uses.
+
+        No id the kit makes is a prefix of another (the counter has a fixed width), so only
+        the checks that mean to try related ids (PUT-5) do.
+        """
+        return f"tk-{run_token()}-{self._slug}-{label}-{next(self._counter):04d}"
 
     def run(self, awaitable: Awaitable[T]) -> T:
         """Run ``awaitable`` to completion on this check's loop, within the deadline.

@@ -8,8 +8,10 @@ writes passes through :mod:`conformance._secrecy`.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Generator, Iterator
@@ -50,6 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"tokcap: {exc}") from None
     if settings is None:
         return
+    settings = _with_run_seed(config, settings)
     secrecy.keep(settings.secrets)
     _keep_hypothesis_out_of_the_project()
     from tokcap_spec import SPEC_REVISION
@@ -72,6 +75,30 @@ def pytest_configure(config: pytest.Config) -> None:
     from conformance._verdict import VerdictHooks
 
     config.pluginmanager.register(VerdictHooks(config, verdicts), "tokcap-verdict")
+
+
+def _with_run_seed(config: pytest.Config, settings: KitSettings) -> KitSettings:
+    """A run without ``--tokcap-seed`` explores a new seed each time, the same in every worker.
+
+    The seed is printed in the header and the reports, so ``--tokcap-seed`` replays the run.
+    """
+    if settings.seed_given:
+        return settings
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and _SEED_INPUT in workerinput:
+        return dataclasses.replace(settings, seed=int(workerinput[_SEED_INPUT]))
+    return dataclasses.replace(settings, seed=secrets.randbelow(2**31))
+
+
+_SEED_INPUT = "tokcap_seed"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Hand an xdist worker the controller's seed, so all of them explore one run."""
+    settings = node.config.stash.get(SETTINGS_KEY, None)
+    if settings is not None:
+        node.workerinput[_SEED_INPUT] = settings.seed
 
 
 def _scratch(config: pytest.Config) -> Path:

@@ -52,6 +52,8 @@ class KitSettings:
     fence: Literal["any", "strict"] = "any"
     capabilities: frozenset[str] = frozenset()
     seed: int = DEFAULT_SEED
+    seed_given: bool = False
+    """Whether the user named the seed; a run without one draws its own (and prints it)."""
     profile: str = "ci"
     report: Path | None = None
     report_md: Path | None = None
@@ -152,6 +154,7 @@ def _build(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
         fence=_choice(raw, "fence", FENCES, "any"),  # type: ignore[arg-type]
         capabilities=_capabilities(raw),
         seed=_seed(raw),
+        seed_given="seed" in raw,
         profile=profile,
         report=_path(raw, "report"),
         report_md=_path(raw, "report-md"),

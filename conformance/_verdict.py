@@ -140,6 +140,7 @@ class VerdictHooks:
         )
         run = verdicts.run
         write(f"run: {run.status}{' (' + run.reason + ')' if run.reason else ''}")
+        write(f"seed: {settings.seed} (replay this run with --tokcap-seed={settings.seed})")
         if "fence" in verdicts.observations:
             write(f"observed fence: {verdicts.observations['fence']}")
         for path in (settings.report, settings.report_md):

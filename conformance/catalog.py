@@ -70,6 +70,8 @@ class Clause:
     why: str
     how_broken: str
     checked_by: str
+    hazards: str = ""
+    """What the kit varies when it judges the clause: its hazard space (kit clauses only)."""
 
     def __post_init__(self) -> None:
         if family_of(self.id) != self.family or self.family not in FAMILY_TITLES:
@@ -192,6 +194,12 @@ CLAUSES: tuple[Clause, ...] = (
             "that returns a coroutine, which the structural check cannot tell apart from a "
             "synchronous method."
         ),
+        hazards=(
+            "Each protocol method of the sink and the source built from the target: missing, a "
+            "plain function, one returning something not awaitable; snapshots read through the "
+            "five attributes, with entries as pydantic models, dataclasses, mappings or plain "
+            "objects."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -210,6 +218,10 @@ CLAUSES: tuple[Clause, ...] = (
         how_broken=(
             "Positional-only parameters; other names (`sid`, `ver`); one parameter taking the "
             "whole snapshot object."
+        ),
+        hazards=(
+            "`drop` called with keywords only, on an unknown rollout and on real snapshots; "
+            "answers that are not bools."
         ),
         checked_by=KIT,
     ),
@@ -231,6 +243,12 @@ CLAUSES: tuple[Clause, ...] = (
             "Handing out the store's own lists instead of copies; an in-memory store that keeps "
             "appending to the snapshot object it returned; entries loaded lazily when iterated."
         ),
+        hazards=(
+            "The caller editing a returned snapshot's entry list and the lists inside its "
+            "entries, then freezing from the same and a fresh source; later marks and puts, "
+            "then the earlier snapshot reread as it is, after the same source froze again and "
+            "after a fresh one did."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -250,6 +268,10 @@ CLAUSES: tuple[Clause, ...] = (
         how_broken=(
             "Constructors that take a client or a callable; factories that return one shared "
             "singleton; kwargs holding paths or datetimes no config file can express."
+        ),
+        hazards=(
+            "The target built through `TokenIdCaptureConfig.build_sink` and directly, more than "
+            "once, with the run's kwargs: each build a new, working object."
         ),
         checked_by=KIT,
     ),
@@ -272,6 +294,10 @@ CLAUSES: tuple[Clause, ...] = (
             "Building lazily on the first put; `TypeError` text that prints the whole kwargs "
             "dict; a connection URL with its password formatted into an exception."
         ),
+        hazards=(
+            "An unknown kwarg whose value is a secret: the error's text, arguments and "
+            "traceback searched for it."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -292,6 +318,10 @@ CLAUSES: tuple[Clause, ...] = (
             "Launcher-installed sinks (`install_token_sink`) that workers never see; module "
             "globals the launcher set; relying on `fork` to copy an open client."
         ),
+        hazards=(
+            "A sink built inside a spawned interpreter from the target string and kwargs alone, "
+            "putting and marking there."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -310,6 +340,7 @@ CLAUSES: tuple[Clause, ...] = (
             "Creating a table or directory without tolerating that it exists; migrations run by "
             "every constructor; lock files held while constructing."
         ),
+        hazards=("Four spawned workers released together to construct their sinks."),
         checked_by=KIT,
     ),
     Clause(
@@ -328,6 +359,10 @@ CLAUSES: tuple[Clause, ...] = (
         how_broken=(
             "Records kept in a module dict; per-process temporary directories; write caches no "
             "other process reads."
+        ),
+        hazards=(
+            "Entries put by sinks in two spawned workers, frozen and compared exactly from a "
+            "source here."
         ),
         checked_by=KIT,
     ),
@@ -349,6 +384,11 @@ CLAUSES: tuple[Clause, ...] = (
             "Read-modify-write of one blob per rollout without a lock, so the last writer wins; "
             "appends to a shared file that interleave; sequence numbers handed out twice."
         ),
+        hazards=(
+            "Spawned workers writing one shared rollout and one rollout each, with the same "
+            "call ids in every rollout and re-puts among them, then freezers in other "
+            "processes; the whole history judged against the sequential model."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -367,6 +407,12 @@ CLAUSES: tuple[Clause, ...] = (
         how_broken=(
             "Buffering writes until `close` or a timer flushes them; fire-and-forget background "
             "tasks; write-behind caches; returning before the remote store confirmed the write."
+        ),
+        hazards=(
+            "A freeze the moment a put returns, on another thread's event loop while the sink's "
+            "loop stands still, by a source built after the put and by one built before it (a "
+            "consumer's long-lived source); plain and 4,096-token entries; many attempts, in "
+            "the check and in the basic every failing check consults."
         ),
         checked_by=KIT,
     ),
@@ -388,6 +434,11 @@ CLAUSES: tuple[Clause, ...] = (
             "float32 columns; `-inf` turned into null by a strict JSON encoder; stores that "
             "normalize `-0.0`; fixed schemas that drop extra fields; text re-encoded through a "
             "legacy charset."
+        ),
+        hazards=(
+            "An 8,192/2,048-token entry with `-inf` and `-0.0` log probs, full 64-bit floats, "
+            "token ids 0 and 2**31-1, unicode model names and texts, routed experts or None, "
+            "fractional timestamps and an extra field; then entries drawn over every field."
         ),
         checked_by=KIT,
     ),
@@ -412,6 +463,11 @@ CLAUSES: tuple[Clause, ...] = (
             "as a conflict; comparing objects instead of canonical bytes; bumping the version "
             "on an identical re-put after freeze, so the consumer's drop is refused."
         ),
+        hazards=(
+            "The same entry put three times before freeze, from the same and a fresh sink; once "
+            "more from a fresh sink after freeze; the snapshots compared and the earlier one "
+            "dropped."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -431,6 +487,13 @@ CLAUSES: tuple[Clause, ...] = (
             "Last-writer-wins upserts (`INSERT OR REPLACE`, a plain `SET`); first-writer-wins "
             "`SETNX` that drops the loser without a word."
         ),
+        hazards=(
+            "Two puts of one call that differ in a single field, each field in turn: one prompt "
+            "id, one generated id, one log prob, the sign of a zero log prob, one routed "
+            "expert, an output item's text, `token_item_index`, the model name, `created_at`, "
+            "an extra field; the second put from the same sink or a fresh one. A difference the "
+            "store cannot keep even once is PUT-2's, not this clause's."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -448,6 +511,12 @@ CLAUSES: tuple[Clause, ...] = (
         how_broken=(
             "Case-folding keys (case-insensitive file systems or collations); slugifying ids "
             "into file names so `a.b` and `a_b` collide; one version counter for all rollouts."
+        ),
+        hazards=(
+            "Ids that differ only by case or by `.`, `_`, `-`; ids that extend one another "
+            "(`r`, `r.a`, `ra`, `r1`, `r-1`, `r_1`); the case-swapped twin; ids of 199 and 200 "
+            "characters that differ only in their last character or are one shorter; puts and "
+            "marks on some, then freezes, versions and drops of the others."
         ),
         checked_by=KIT,
     ),
@@ -467,6 +536,12 @@ CLAUSES: tuple[Clause, ...] = (
             "Using the call id unescaped as a file name or URL path segment; splitting keys on "
             "`/` or `:`; stripping whitespace."
         ),
+        hazards=(
+            "Call ids with spaces, newlines, tabs and carriage returns, slashes and "
+            "backslashes, quotes, path traversal, unicode with combining marks and emoji, 300 "
+            "characters, and look-alikes that case folding, normalizing or sanitizing would "
+            "merge; then call ids drawn at random."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -482,6 +557,10 @@ CLAUSES: tuple[Clause, ...] = (
         how_broken=(
             "Empty ids for rollouts without entries; versions coming back from a driver as "
             "strings or floats; None before the first write."
+        ),
+        hazards=(
+            "Every snapshot of every check: `snapshot_id` empty or not a str, `version` a bool, "
+            "float, str or None."
         ),
         checked_by=KIT,
     ),
@@ -502,6 +581,10 @@ CLAUSES: tuple[Clause, ...] = (
             "Snapshot ids minted per call (a fresh uuid at every freeze); versions taken from "
             "the clock; ids hashed from entries in whatever order they were listed."
         ),
+        hazards=(
+            "Freezing again with no write in between, from the source that froze first and from "
+            "a fresh one."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -518,6 +601,9 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         how_broken=(
             "Append logs replayed without de-duplication; merging shards that each hold a copy."
+        ),
+        hazards=(
+            "The same calls put over and over, in both orders, then frozen from a fresh source."
         ),
         checked_by=KIT,
     ),
@@ -537,6 +623,7 @@ CLAUSES: tuple[Clause, ...] = (
             "Raising `KeyError` or `FileNotFoundError` for unknown rollouts; returning None; "
             "reporting unknown rollouts as incomplete."
         ),
+        hazards=("Rollouts never written, frozen from fresh sources."),
         checked_by=KIT,
     ),
     Clause(
@@ -559,6 +646,11 @@ CLAUSES: tuple[Clause, ...] = (
             "the frozen flag after reading instead of before; racing freezes that each mint "
             "their own snapshot id."
         ),
+        hazards=(
+            "Spawned writers putting, re-putting and marking while freezers in other processes "
+            "and here freeze and drop mid-write; rounds where two writes race a freeze or a "
+            "drop; the history judged against the sequential model."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -580,6 +672,10 @@ CLAUSES: tuple[Clause, ...] = (
             "Freeze as a plain read that records no fence; versions bumped by marks but not by "
             "puts; drop comparing only the `snapshot_id`."
         ),
+        hazards=(
+            "A new call put after freeze, from the same and a fresh sink, then the old snapshot "
+            "dropped; `--tokcap-fence=strict` requires the refusal."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -598,6 +694,7 @@ CLAUSES: tuple[Clause, ...] = (
             "Deleting the records without keeping a tombstone; treating a put after a delete as "
             "the first write of a new rollout."
         ),
+        hazards=("A new and an already stored call put after a successful drop, from fresh sinks."),
         checked_by=KIT,
     ),
     Clause(
@@ -615,6 +712,12 @@ CLAUSES: tuple[Clause, ...] = (
         how_broken=(
             "Comparing with a snapshot cached only by the instance that froze; versions that "
             "come back from storage as another type and compare unequal."
+        ),
+        hazards=(
+            "The exact pair handed over as equal copies (never the objects a freeze returned, "
+            "as a consumer reads them back from a queue), from a fresh source; after hundreds "
+            "of state changes, so versions are past the small ints an identity comparison gets "
+            "right."
         ),
         checked_by=KIT,
     ),
@@ -635,6 +738,12 @@ CLAUSES: tuple[Clause, ...] = (
             "Checking `version >= stored` instead of equality; dropping by rollout id alone; "
             "raising for unknown rollouts instead of returning False."
         ),
+        hazards=(
+            "Another `snapshot_id` (extended, empty, case-changed); the version off by 1, 2, "
+            "1000 or below zero; a rollout never frozen and one never written; after a freeze "
+            "followed by marks and puts, every version up to six past the frozen one, which no "
+            "freeze returned."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -652,6 +761,10 @@ CLAUSES: tuple[Clause, ...] = (
         how_broken=(
             "Deleting first and comparing afterwards; clearing the frozen state on a mismatch, "
             "so the next freeze mints a new snapshot."
+        ),
+        hazards=(
+            "Refused drops with a wrong version and with a wrong id, then a fresh freeze "
+            "compared and the exact drop tried."
         ),
         checked_by=KIT,
     ),
@@ -672,6 +785,10 @@ CLAUSES: tuple[Clause, ...] = (
             "Versions derived from entry counts, which a mark does not change; the incomplete "
             "flag stored outside the versioned state; versions bumped only by puts."
         ),
+        hazards=(
+            "A mark after freeze; a conflicting re-put after freeze that changed the rollout; "
+            "then the old pair dropped."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -691,6 +808,7 @@ CLAUSES: tuple[Clause, ...] = (
             "Returning True while the records stay readable, without declaring it; append-only "
             "logs with no delete; expiry by TTL that has not fired yet."
         ),
+        hazards=("A freeze after a successful drop, with and without `no-delete` declared."),
         checked_by=KIT,
     ),
     Clause(
@@ -709,6 +827,10 @@ CLAUSES: tuple[Clause, ...] = (
             "Marks kept in a process-local set; marks queued behind a flush; marks written to a "
             "key the source never reads."
         ),
+        hazards=(
+            "Marks of a call that has an entry, from a fresh sink here and from a spawned "
+            "worker, seen by fresh sources."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -726,6 +848,7 @@ CLAUSES: tuple[Clause, ...] = (
             "Storing the flag on the latest write; a successful put resetting it; a freeze that "
             "recomputes it from the entries alone."
         ),
+        hazards=("Later puts (new and identical), freezes and re-marks after a mark."),
         checked_by=KIT,
     ),
     Clause(
@@ -744,6 +867,7 @@ CLAUSES: tuple[Clause, ...] = (
             "Fencing marks the way puts are fenced; versions counted from entries; marks "
             "written without touching the version."
         ),
+        hazards=("A mark after freeze, frozen from a fresh source."),
         checked_by=KIT,
     ),
     Clause(
@@ -762,6 +886,7 @@ CLAUSES: tuple[Clause, ...] = (
             "Catching the conflict and only logging it; keeping the first payload and returning "
             "as if nothing happened."
         ),
+        hazards=("A conflicting re-put from a fresh sink that does not raise."),
         checked_by=KIT,
     ),
     Clause(
@@ -779,6 +904,10 @@ CLAUSES: tuple[Clause, ...] = (
         how_broken=(
             "Collecting a rollout's entries as garbage when a mark arrives; truncating on mark "
             "to save space."
+        ),
+        hazards=(
+            "A masked rollout frozen from the same and a fresh source, then dropped with its "
+            "exact pair."
         ),
         checked_by=KIT,
     ),
@@ -799,6 +928,10 @@ CLAUSES: tuple[Clause, ...] = (
             "Requiring a non-empty call id; using it as a file name; requiring a stored entry "
             "with that call id."
         ),
+        hazards=(
+            'Marks with `""`, odd call ids and calls no entry has, on empty rollouts and on '
+            "rollouts with entries; a mark after a drop."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -814,6 +947,7 @@ CLAUSES: tuple[Clause, ...] = (
             "A client that raises when closed twice; a `close` that clears attributes and then "
             "uses them on the second call."
         ),
+        hazards=("`close` twice on a sink and on a source."),
         checked_by=KIT,
     ),
     Clause(
@@ -833,6 +967,7 @@ CLAUSES: tuple[Clause, ...] = (
             "Buffering until close; flushing only on close; closing the connection before "
             "pending writes finished."
         ),
+        hazards=("Puts and a mark, then `close`, then a fresh source's freeze."),
         checked_by=KIT,
     ),
     Clause(
@@ -854,6 +989,9 @@ CLAUSES: tuple[Clause, ...] = (
             "Matching intents to entries after normalizing call ids; intents kept in process "
             "memory; counting intents instead of matching them one to one."
         ),
+        hazards=(
+            "Intents matched by their entries and intents left dangling, for every odd call id."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -873,6 +1011,10 @@ CLAUSES: tuple[Clause, ...] = (
         how_broken=(
             "Retire raising for unknown or already retired ids; delete leaving the tombstone "
             "behind so a reused id stays refused; retire without a fence."
+        ),
+        hazards=(
+            "`retire` of frozen, written and unknown rollouts, repeated; `delete`, then the id "
+            "written again."
         ),
         checked_by=KIT,
     ),

@@ -150,6 +150,8 @@ def clause_section(found: Clause, checks: list[Check] | None = None) -> str:
     if not direct and not covering:
         lines.append("**How the kit checks it.** Not yet checked: no check of it is registered.")
         return "\n".join(lines)
+    if found.hazards:
+        lines += [f"**What the kit varies.** {found.hazards}", ""]
     lines += ["**How the kit checks it.**", ""]
     lines += [f"- `{each.id}`: {each.summary}" for each in direct]
     lines += [f"- `{each.id}` ({_covering(each)}): {each.summary}" for each in covering]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import hypothesis
 from hypothesis.errors import Flaky
@@ -21,6 +21,8 @@ from hypothesis.errors import Flaky
 from conformance._kit import Endpoint, Kit, unexpected_error
 from conformance._reading import SnapshotView, Unreadable, entry_view, read_snapshot
 from conformance._violation import ClauseViolation, fail
+
+T = TypeVar("T")
 
 __all__ = [
     "call_of",
@@ -130,7 +132,10 @@ def drop(
 ) -> bool:
     """Drop with keyword arguments; an error violates ``clause`` (by default the check's own).
 
-    A drop that cannot take the keywords, or returns no bool, is SHAPE-2.
+    The ids and the version are handed over as equal copies, never the very objects a freeze
+    returned, as a consumer in another process reads them back from a queue: a store that
+    compares them by identity is caught. A drop that cannot take the keywords, or returns no
+    bool, is SHAPE-2.
     """
     __tracebackhide__ = True
     blamed = kit.blame(clause)
@@ -140,12 +145,21 @@ def drop(
         blamed,
         f"drop({rollout_id!r}, snapshot_id=..., version={version})",
         source.drop,
-        rollout_id,
-        snapshot_id=snapshot_id,
-        version=version,
+        _copy(rollout_id),
+        snapshot_id=_copy(snapshot_id),
+        version=_copy(version),
     )
     expect_bool(result)
     return bool(result)
+
+
+def _copy(value: T) -> T:
+    """An equal object that is not ``value`` itself, for a str or an int (else ``value``)."""
+    if type(value) is str:
+        return cast(T, "".join(list(cast(str, value))))
+    if type(value) is int:
+        return cast(T, int(str(value)))
+    return value
 
 
 def expect_bool(answer: object) -> None:

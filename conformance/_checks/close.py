@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from conformance._checks._operations import describe, freeze, mark, payloads, put, raises, sent
+from conformance._checks._operations import (
+    call_of,
+    describe,
+    freeze,
+    mark,
+    payloads,
+    put,
+    raises,
+    sent,
+)
 from conformance._kit import Kit
 from conformance._registry import check
 
@@ -29,7 +38,7 @@ def loses_nothing(kit: Kit) -> None:
     entries = [kit.entries.entry(rollout) for _ in range(5)]
     for entry in entries:
         put(kit, sink, entry)
-    mark(kit, sink, rollout, "closing")
+    mark(kit, sink, rollout, call_of(entries[0]))
     error = raises(sink.close)
     if error is not None:
         kit.fail(

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from conformance._checks._operations import (
+    call_of,
     describe,
     drop,
     expect_equal_snapshots,
     freeze,
     mark,
+    payloads,
     put,
+    raises,
+    state,
 )
 from conformance._kit import Endpoint, Kit
 from conformance._reading import SnapshotView, read_snapshot
@@ -25,14 +29,16 @@ def _frozen(kit: Kit, entries: int = 2) -> tuple[Endpoint, str, SnapshotView]:
 
 
 def _expect_refused(
-    kit: Kit, source: Endpoint, rollout: str, snapshot_id: str, version: int, why: str
+    kit: Kit,
+    source: Endpoint,
+    rollout: str,
+    snapshot_id: str,
+    version: int,
+    why: str,
+    hint: str = "retire only when both snapshot_id and version equal the current frozen state",
 ) -> None:
     if drop(kit, source, rollout, snapshot_id, version):
-        kit.fail(
-            expected=f"drop to return False for {why}",
-            observed="True",
-            hint="retire only when both snapshot_id and version equal the current frozen state",
-        )
+        kit.fail(expected=f"drop to return False for {why}", observed="True", hint=hint)
 
 
 @check("DROP-1", "exact-snapshot")
@@ -43,6 +49,65 @@ def exact_snapshot(kit: Kit) -> None:
         kit.fail(
             expected="True for the exact current snapshot",
             observed=f"False for {describe(snapshot)}",
+            hint="compare the stored frozen snapshot_id and version, from any instance",
+        )
+
+
+_LONG_HISTORY = 260
+"""State changes of one rollout: past 256, versions are no longer interned small ints."""
+
+
+@check("DROP-1", "long-history")
+def long_history(kit: Kit) -> None:
+    """After hundreds of state changes the exact snapshot still drops, from a fresh source."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id()
+    entry = kit.entries.entry(rollout, prompt_len=8, generation_len=4)
+    put(kit, sink, entry)
+    for _ in range(_LONG_HISTORY):
+        freeze(kit, source, rollout)
+        mark(kit, sink, rollout, call_of(entry))
+    snapshot = freeze(kit, source, rollout)
+    if not drop(kit, kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
+        kit.fail(
+            expected=f"True for the exact current snapshot after {_LONG_HISTORY} state changes",
+            observed=f"False for {describe(snapshot)}",
+            hint="compare snapshot_id and version by value (==), never by identity (is): "
+            "equal ints past 256 and equal strings read back elsewhere are other objects",
+        )
+
+
+@check("DROP-2", "unseen-state")
+def unseen_state(kit: Kit) -> None:
+    """After freeze and later writes, no pair a freeze did not return retires the rollout."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id()
+    entry = kit.entries.entry(rollout)
+    put(kit, sink, entry)
+    snapshot = freeze(kit, source, rollout)
+    for change in range(1, 4):
+        if change == 2:
+            raises(kit.sink().put, kit.entries.entry(rollout))
+        else:
+            mark(kit, kit.sink(), rollout, call_of(entry))
+        for delta in range(1, 2 * change + 1):
+            _expect_refused(
+                kit,
+                source,
+                rollout,
+                snapshot.snapshot_id,
+                snapshot.version + delta,
+                f"version {snapshot.version + delta}, which no freeze returned (the snapshot "
+                f"frozen was version {snapshot.version}, then {change} write(s) followed)",
+                hint="retire only a pair a freeze returned: remember the frozen version, and "
+                "refuse a guessed one even when it equals the current state's",
+            )
+    current = freeze(kit, kit.source(), rollout)
+    if not drop(kit, source, rollout, current.snapshot_id, current.version):
+        fail(
+            "DROP-1",
+            expected="the pair the latest freeze returned to drop",
+            observed=f"False for {describe(current)}",
             hint="compare the stored frozen snapshot_id and version, from any instance",
         )
 
@@ -136,7 +201,7 @@ def refusal_destroys_nothing(kit: Kit) -> None:
 def mark_after_freeze(kit: Kit) -> None:
     """A mark_incomplete after freeze makes the old snapshot's drop return False."""
     source, rollout, snapshot = _frozen(kit)
-    mark(kit, kit.sink(), rollout, "late-failure")
+    mark(kit, kit.sink(), rollout, next(iter(payloads(snapshot))))
     _expect_refused(
         kit,
         source,
@@ -152,6 +217,30 @@ def mark_after_freeze(kit: Kit) -> None:
             observed=describe(current),
             hint="see MASK-3",
         )
+
+
+@check("DROP-4", "conflict-after-freeze")
+def conflict_after_freeze(kit: Kit) -> None:
+    """A conflicting re-put after freeze that changes the rollout's state retires nothing old."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id()
+    entry = kit.entries.entry(rollout)
+    put(kit, sink, entry)
+    snapshot = freeze(kit, source, rollout)
+    raises(kit.sink().put, kit.entries.variant(entry))
+    after = freeze(kit, kit.source(), rollout)
+    if state(after)[1:] == state(snapshot)[1:]:
+        return  # Refused and nothing changed: the old snapshot is still the current state.
+    _expect_refused(
+        kit,
+        source,
+        rollout,
+        snapshot.snapshot_id,
+        snapshot.version,
+        f"a snapshot taken before a conflicting re-put changed the rollout "
+        f"(before: {describe(snapshot)}; after: {describe(after)})",
+        hint="a conflict that marks the rollout incomplete is a state change: bump the version",
+    )
 
 
 @check("DROP-5", "delete-semantics")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conformance._checks._operations import (
+    call_of,
     describe,
     drop,
     freeze,
@@ -14,7 +15,7 @@ from conformance._checks._operations import (
 )
 from conformance._entries import ODD_CALL_IDS
 from conformance._kit import Kit
-from conformance._reading import read_snapshot
+from conformance._reading import entry_view, read_snapshot
 from conformance._registry import check
 from conformance._violation import ClauseViolation, NotClaimed, fail
 from conformance._workers import Operation, WorkerPlan, run_workers
@@ -30,8 +31,9 @@ def _expect_incomplete(kit: Kit, rollout: str, why: str, hint: str) -> None:
 def fresh_instance(kit: Kit) -> None:
     """A mark is seen by a fresh source instance in this process."""
     rollout = kit.rollout_id()
-    put(kit, kit.sink(), kit.entries.entry(rollout))
-    mark(kit, kit.sink(), rollout, "failed-call")
+    entry = kit.entries.entry(rollout)
+    put(kit, kit.sink(), entry)
+    mark(kit, kit.sink(), rollout, call_of(entry))
     _expect_incomplete(
         kit,
         rollout,
@@ -46,10 +48,15 @@ def other_process(kit: Kit) -> None:
     if kit.claims("process-local"):
         raise NotClaimed("the target declares process-local")
     rollout = kit.rollout_id()
+    entry = kit.entries.entry(rollout)
     plan = WorkerPlan(
         kit.settings.sink,
         dict(kit.settings.sink_kwargs),
-        (Operation("mark", rollout_id=rollout, model_call_id="worker-call"),),
+        (
+            Operation("put", entry_view(entry).payload),
+            Operation("mark", rollout_id=rollout, model_call_id=call_of(entry)),
+        ),
+        entry_class=kit.settings.entry_class,
     )
     outcome = run_workers([plan], together=False)[0]
     if outcome.stage != "ok":
@@ -73,11 +80,11 @@ def sticky(kit: Kit) -> None:
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
     put(kit, sink, entry)
-    mark(kit, sink, rollout, "failed-call")
+    mark(kit, sink, rollout, call_of(entry))
     put(kit, sink, kit.entries.entry(rollout))
     put(kit, sink, entry)
     _expect_incomplete(kit, rollout, "after later puts", "never clear the incomplete flag on a put")
-    mark(kit, sink, rollout, "failed-again")
+    mark(kit, sink, rollout, call_of(entry))
     raises(sink.put, entry)
     _expect_incomplete(
         kit,
@@ -92,9 +99,10 @@ def after_freeze(kit: Kit) -> None:
     """A mark after freeze is accepted and changes the version."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
-    put(kit, sink, kit.entries.entry(rollout))
+    entry = kit.entries.entry(rollout)
+    put(kit, sink, entry)
     before = freeze(kit, source, rollout)
-    mark(kit, sink, rollout, "late")
+    mark(kit, sink, rollout, call_of(entry))
     after = freeze(kit, kit.source(), rollout)
     if not after.incomplete or after.version == before.version:
         kit.fail(
@@ -128,7 +136,7 @@ def keeps_evidence(kit: Kit) -> None:
     entries = [kit.entries.entry(rollout) for _ in range(3)]
     for entry in entries:
         put(kit, sink, entry)
-    mark(kit, sink, rollout, "failed")
+    mark(kit, sink, rollout, call_of(entries[0]))
     expected = sent(entries)
     for endpoint in (source, source, kit.source()):
         snapshot = freeze(kit, endpoint, rollout)
@@ -192,10 +200,21 @@ def after_drop(kit: Kit) -> None:
 
 @check("MASK-6", "any-call-id")
 def any_call_id(kit: Kit) -> None:
-    """mark_incomplete accepts any model_call_id, the empty string included."""
+    """mark_incomplete accepts any model_call_id: empty, odd, or one no entry has."""
     sink = kit.sink()
     for call in ("", *ODD_CALL_IDS):
         rollout = kit.rollout_id()
+        mark(kit, sink, rollout, call)
+        _expect_incomplete(
+            kit,
+            rollout,
+            f"after mark_incomplete with {call[:30]!r}",
+            "accept any call id string, empty included",
+        )
+    for call in ("", "never-put", "call-1 "):
+        # A failed model call has no entry: its mark must mask a rollout that has others.
+        rollout = kit.rollout_id()
+        put(kit, sink, kit.entries.entry(rollout, "call-1"))
         mark(kit, sink, rollout, call)
         _expect_incomplete(
             kit,

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from conformance._basics import freeze_elsewhere
+from conformance._basics import visible_after
 from conformance._checks._operations import (
     call_of,
     describe,
@@ -24,7 +24,7 @@ from conformance._checks._operations import (
 )
 from conformance._entries import ODD_CALL_IDS
 from conformance._kit import Kit
-from conformance._reading import SnapshotView, Unreadable, entry_view
+from conformance._reading import SnapshotView, Unreadable, entry_view, record_fields
 from conformance._registry import check
 from conformance.strategies import model_call_ids, token_entry_fields
 
@@ -78,7 +78,7 @@ def _property_settings(examples: int) -> settings:
     )
 
 
-_ATTEMPTS = 3
+_ATTEMPTS = 12
 """Puts each followed at once by a freeze elsewhere: a late commit misses one of them."""
 
 
@@ -88,9 +88,9 @@ def durable_on_return(kit: Kit) -> None:
     sink = kit.sink()
     for attempt in range(_ATTEMPTS):
         rollout = kit.rollout_id()
-        entry = kit.entries.entry(rollout)
-        put(kit, sink, entry)
-        seen = freeze_elsewhere(kit, rollout)
+        size = 4096 if attempt % 4 == 3 else None
+        entry = kit.entries.entry(rollout, prompt_len=size, generation_len=size)
+        seen = visible_after(kit, sink, entry, built_before=attempt % 2 == 1)
         if isinstance(seen, Unreadable):
             raise seen
         if isinstance(seen, SnapshotView) and call_of(entry) in payloads(seen):
@@ -164,24 +164,46 @@ def identical_reput(kit: Kit) -> None:
 
 @check("PUT-4", "conflicting-reput")
 def conflicting_reput(kit: Kit) -> None:
-    """Reusing a call id with another payload raises or leaves the rollout incomplete."""
+    """Reusing a call id with a payload one field apart raises or leaves the rollout incomplete.
+
+    Every field is varied alone, from this sink and from a fresh one. A difference the store
+    cannot keep in the first place (a lossy round trip) is PUT-2's to judge, not this clause's.
+    """
     sink = kit.sink()
-    rollout = kit.rollout_id()
-    entry = kit.entries.entry(rollout)
-    put(kit, sink, entry)
-    error = raises(sink.put, kit.entries.variant(entry))
-    snapshot = freeze(kit, kit.source(), rollout)
-    if error is None and not snapshot.incomplete:
-        kept = (
-            "the new payload"
-            if payloads(snapshot).get(call_of(entry)) != sent([entry])[call_of(entry)]
-            else "the first payload"
-        )
+    for number, (what, first, second) in enumerate(kit.entries.field_variants(kit.rollout_id)):
+        rollout = entry_view(first).rollout_id
+        put(kit, sink, first)
+        error = raises((sink if number % 2 == 0 else kit.sink()).put, second)
+        snapshot = freeze(kit, kit.source(), rollout)
+        if error is not None or snapshot.incomplete or not _round_trips(kit, first, second):
+            continue
+        kept = payloads(snapshot).get(call_of(first))
+        keeping = "the new payload" if kept == sent([second])[call_of(first)] else "the first"
         kit.fail(
-            expected="the conflicting put to raise, or the rollout to freeze incomplete",
-            observed=f"no error and a clean snapshot keeping {kept}: {describe(snapshot)}",
-            hint="fail closed: a reused model_call_id with different tokens is lost evidence",
+            expected=f"a re-put differing only in {what} to raise, or the rollout to freeze "
+            "incomplete",
+            observed=f"no error and a clean snapshot keeping {keeping}: {describe(snapshot)}",
+            hint="fail closed: compare the whole payload (every field, floats bit for bit, "
+            "extra fields), not only the tokens; a reused model_call_id with another payload "
+            "is lost evidence",
         )
+
+
+def _in(entry: Any, rollout: str) -> dict[str, Any]:
+    fields = record_fields(entry)
+    fields["rollout_id"] = rollout
+    return fields
+
+
+def _round_trips(kit: Kit, *entries: Any) -> bool:
+    """Whether each entry, put alone into a rollout of its own, freezes back exactly."""
+    sink, source = kit.sink(), kit.source()
+    for entry in entries:
+        alone = kit.entries.build(**_in(entry, kit.rollout_id("alone")))
+        put(kit, sink, alone)
+        if payloads(freeze(kit, source, entry_view(alone).rollout_id)) != sent([alone]):
+            return False
+    return True
 
 
 @check("PUT-5", "rollout-isolation")
@@ -193,7 +215,7 @@ def rollout_isolation(kit: Kit) -> None:
     entries = {rollout: kit.entries.entry(rollout) for rollout in rollouts}
     for entry in entries.values():
         put(kit, sink, entry)
-    mark(kit, sink, rollouts[0], "only-this-one")
+    mark(kit, sink, rollouts[0], call_of(entries[rollouts[0]]))
     frozen = freeze(kit, source, rollouts[1])
     for rollout in rollouts:
         snapshot = frozen if rollout == rollouts[1] else freeze(kit, source, rollout)
@@ -206,7 +228,9 @@ def rollout_isolation(kit: Kit) -> None:
                 hint="key storage by the exact rollout id: no case folding or normalizing",
             )
     put(kit, sink, kit.entries.entry(f"{base}-A"))
-    mark(kit, sink, f"{base}_A", "neighbour")
+    neighbour = kit.entries.entry(f"{base}_A")
+    put(kit, sink, neighbour)
+    mark(kit, sink, f"{base}_A", call_of(neighbour))
     again = freeze(kit, kit.source(), rollouts[1])
     expect_equal_snapshots(
         kit,
@@ -221,6 +245,59 @@ def rollout_isolation(kit: Kit) -> None:
             observed="False",
             hint="versions and fences are per rollout, never store-wide",
         )
+
+
+_MAX_ID = 200
+"""The longest rollout id the contract's pattern allows."""
+
+
+def related_ids(base: str) -> list[str]:
+    """Rollout ids that a prefix listing, a truncation or a folding key scheme would merge.
+
+    Each is a valid id: ``base`` and ids extending it (``base.a``, ``base1``, ``base-1``),
+    its case-swapped twin, and ids of the maximum length that differ only in their last
+    character or are one character shorter.
+    """
+    long = (base + "-" + "z" * _MAX_ID)[: _MAX_ID - 1]
+    return [
+        base,
+        f"{base}.a",
+        f"{base}a",
+        f"{base}1",
+        f"{base}-1",
+        f"{base}_1",
+        base.swapcase(),
+        long,
+        long + "y",
+        long + "Y",
+        long[:-1] + "y",
+    ]
+
+
+@check("PUT-5", "related-ids")
+def related_rollout_ids(kit: Kit) -> None:
+    """Ids that extend, prefix or nearly equal another (up to 200 characters) stay apart."""
+    sink = kit.sink()
+    ids = related_ids(kit.rollout_id("Rel"))
+    entries = {rollout: kit.entries.entry(rollout, "call-1") for rollout in ids}
+    for rollout in ids:
+        put(kit, sink, entries[rollout])
+    marked = ids[1::3]
+    for rollout in marked:
+        mark(kit, kit.sink(), rollout, "call-1")
+    source = kit.source()
+    for rollout in ids:
+        snapshot = freeze(kit, source, rollout)
+        if payloads(snapshot) != sent([entries[rollout]]) or snapshot.incomplete != (
+            rollout in marked
+        ):
+            kit.fail(
+                expected=f"{rollout!r} ({len(rollout)} characters) to hold only its own entry, "
+                f"incomplete={rollout in marked}",
+                observed=describe(snapshot),
+                hint="key storage by the exact, whole rollout id: a prefix match, a pattern "
+                "listing ('r*' also finds 'r1') or a cut at some length merges rollouts",
+            )
 
 
 @check("PUT-6", "any-call-id")

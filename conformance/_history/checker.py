@@ -41,9 +41,14 @@ class Anomaly:
     reason: str
     witness: tuple[Event, ...]
 
-    def describe(self) -> str:
-        """Return the anomaly and its witness, one operation per line."""
-        lines = [f"{self.name} ({self.clause}) on {self.rollout_id}: {self.reason}"]
+    def describe(self, *, clause: bool = True) -> str:
+        """Return the anomaly and its witness, one operation per line.
+
+        ``clause=False`` leaves out the clause the anomaly breaks in one process, for a
+        verdict that blames another clause (a concurrency check blames its own).
+        """
+        named = f" ({self.clause})" if clause else ""
+        lines = [f"{self.name}{named} on {self.rollout_id}: {self.reason}"]
         lines += [f"    {event.describe()}" for event in self.witness]
         return "\n".join(lines)
 

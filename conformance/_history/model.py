@@ -71,6 +71,11 @@ class ModelRollout:
     clause a version that failed to move breaks."""
     after_refused_drop: bool = False
     """Whether the latest operation was a refused drop, which must have destroyed nothing."""
+    masked_by: frozenset[str] = frozenset()
+    """What made the rollout incomplete: ``mark`` (of a call with an entry), ``other-mark`` (of
+    a call with none, or ``""``), ``conflict``: a lost flag breaks MASK-1, MASK-6 or MASK-4."""
+    seen_masked: bool = False
+    """Whether a freeze already showed it incomplete: a clean freeze after that breaks MASK-2."""
 
     @property
     def current(self) -> bool:
@@ -142,6 +147,19 @@ def _changed(state: ModelRollout, by: str, **changes: object) -> ModelRollout:
     )
 
 
+def _masked(state: ModelRollout, cause: str, **changes: object) -> ModelRollout:
+    return _changed(state, "mark", incomplete=True, masked_by=state.masked_by | {cause}, **changes)
+
+
+def _lost_mask(state: ModelRollout) -> str:
+    """The clause a rollout that froze clean although it was masked breaks."""
+    if state.seen_masked:
+        return "MASK-2"
+    if "mark" in state.masked_by:
+        return "MASK-1"
+    return "MASK-6" if "other-mark" in state.masked_by else "MASK-4"
+
+
 def _with_entry(state: ModelRollout, call_id: str, digest: str) -> tuple[tuple[str, str], ...]:
     entries = dict(state.entries)
     entries[call_id] = digest
@@ -158,7 +176,7 @@ def _put(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step:
                 return _ok(state)  # After freeze a strict fence may refuse it (PUT-3).
             return _refuse("PUT-3", "refused", "an identical re-put raised; it must be a no-op")
         if known is not None and known != event.digest:
-            return _ok(state, _changed(state, "mark", incomplete=True))
+            return _ok(state, _masked(state, "conflict"))
         if state.fenced and (known is not None or rules.fence != "relaxed"):
             return _ok(state)
         return _refuse(
@@ -174,13 +192,8 @@ def _put(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step:
         return _ok(state) if state.fenced else _ok(state, _changed(state, "put"))
     if known is not None:
         return _ok(
-            _changed(state, "mark", incomplete=True),
-            _changed(
-                state,
-                "mark",
-                incomplete=True,
-                entries=_with_entry(state, event.call_id, event.digest),
-            ),
+            _masked(state, "conflict"),
+            _masked(state, "conflict", entries=_with_entry(state, event.call_id, event.digest)),
         )
     if state.fenced and rules.fence == "strict":
         return _refuse("FENCE-1", "lost-ack", "a new call after freeze was acked (strict fence)")
@@ -199,7 +212,7 @@ def _mark(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step
         if state.dropped:
             return _ok(state)
         return _refuse("MASK-6", "refused", "mark_incomplete raised on a live rollout")
-    return _ok(_changed(state, "mark", incomplete=True))
+    return _ok(_masked(state, "mark" if state.payload(event.call_id) else "other-mark"))
 
 
 def _begin(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step:
@@ -232,7 +245,9 @@ def _freeze(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> St
         return (), wrong
     if state.dropped:
         return _ok(state)
-    state = replace(state, after_refused_drop=False)
+    state = replace(
+        state, after_refused_drop=False, seen_masked=state.seen_masked or event.incomplete
+    )
     dangling = bool(state.intents - {call for call, _ in state.entries})
     masked = replace(state, incomplete=True) if dangling else state
     pair = event.result
@@ -278,7 +293,9 @@ def _content_refusal(state: ModelRollout, event: Event) -> Refusal | None:
     dangling = bool(state.intents - set(held))
     if event.incomplete != (state.incomplete or dangling) and not state.dropped:
         if state.incomplete and not event.incomplete:
-            return Refusal("MASK-2", "lost-ack", "an acked mark is missing: incomplete=False")
+            return Refusal(
+                _lost_mask(state), "lost-ack", "an acked mark is missing: incomplete=False"
+            )
         if dangling and not event.incomplete:
             return Refusal(
                 "EXT-BEGIN-1", "lost-ack", "an intent with no entry, yet incomplete=False"

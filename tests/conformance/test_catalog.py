@@ -30,6 +30,15 @@ class TestClauses:
                 assert text.endswith("."), (found.id, text)
                 assert "  " not in text, (found.id, text)
 
+    def test_every_kit_clause_states_its_hazard_space(self) -> None:
+        """A clause the kit judges says what the kit varies; a clause it does not, nothing."""
+        for found in CLAUSES:
+            if found.checked_by == KIT:
+                assert found.hazards.endswith("."), found.id
+                assert "  " not in found.hazards, found.id
+            else:
+                assert not found.hazards, found.id
+
     def test_families_follow_the_family_order(self) -> None:
         """Clauses come family by family, in the order of FAMILY_TITLES."""
         seen = [found.family for found in CLAUSES]

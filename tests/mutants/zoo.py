@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tokcap_pytest import DEFAULT_SEED
+
 __all__ = ["CORRECT", "HERE", "JudgedStore", "Mutant", "KitRun", "mutants", "run_kit"]
 
 HERE = Path(__file__).resolve().parent
@@ -192,6 +194,10 @@ class KitRun:
         )
 
 
+ZOO_SEED = DEFAULT_SEED
+"""The seed every zoo run uses unless told another."""
+
+
 def run_kit(target: JudgedStore, extra: Sequence[str] = ()) -> KitRun:
     """Run the whole kit against ``target`` in a fresh interpreter and directory."""
     with tempfile.TemporaryDirectory(prefix="tokcap-zoo-") as scratch:
@@ -201,6 +207,9 @@ def run_kit(target: JudgedStore, extra: Sequence[str] = ()) -> KitRun:
             filter(None, [str(HERE), environment.get("PYTHONPATH")])
         )
         environment["TMPDIR"] = scratch
+        # The zoo judges every mutant on one seed, so its verdicts replay; --tokcap-seed in
+        # ``extra`` still wins.
+        environment.setdefault("TOKCAP_SEED", str(ZOO_SEED))
         command = [sys.executable, "-m", "pytest", "-q", *target.arguments(str(report)), *extra]
         started = time.monotonic()
         try:

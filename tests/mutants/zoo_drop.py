@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from base import BaseStore, RolloutFileState
 
+from tokcap_spec.errors import ConflictingEntryError
 from tokcap_spec.protocols import TokenCaptureSnapshot
 
 
@@ -198,3 +199,52 @@ class DeletesDespiteNoDelete(BaseStore):
 
     breaks: ClassVar[str] = "DROP-5"
     flags: ClassVar[tuple[str, ...]] = ("--tokcap-capability=no-delete",)
+
+
+class RetiresCurrentState(BaseStore):
+    """DROP-2: drop compares against the rollout's current version, not the frozen one.
+
+    After a freeze and a mark, ``drop(snapshot_id, version + 1)`` retires a state no freeze
+    returned, so no consumer ever saw the mark it destroys.
+    """
+
+    breaks: ClassVar[str] = "DROP-2"
+
+    def matches(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
+        return (
+            state.frozen
+            and not state.retired
+            and state.snapshot_id == snapshot_id
+            and state.version == version
+        )
+
+
+class ComparesVersionByIdentity(BaseStore):
+    """DROP-1: drop compares versions with ``is``, which holds only for small ints.
+
+    The exact snapshot of a rollout past 256 state changes is refused.
+    """
+
+    breaks: ClassVar[str] = "DROP-1"
+
+    def matches(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
+        return super().matches(state, snapshot_id, version) and state.version is version
+
+
+class ConflictMasksWithoutBump(BaseStore):
+    """DROP-4: a conflicting re-put marks the rollout incomplete but leaves the version.
+
+    After a freeze the snapshot taken before the conflict still drops, so the consumer
+    retires a rollout that lost evidence since it read it.
+    """
+
+    breaks: ClassVar[str] = "DROP-4"
+
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
+        known = state.entries.get(call)
+        if known is not None and known != payload:
+            state.incomplete = True
+            raise ConflictingEntryError(
+                f"rollout {rollout_id!r}: model_call_id {call!r} came back with another payload"
+            )
+        super().apply_put(rollout_id, state, call, payload)

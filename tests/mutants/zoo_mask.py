@@ -235,3 +235,17 @@ class MarkerFilePerCall(BaseStore):
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, call), "w", encoding="utf-8") as marker:
             marker.write("incomplete\n")
+
+
+class MarksOnlyKnownCalls(BaseStore):
+    """MASK-6: a mark naming a call the rollout has no entry for is ignored.
+
+    The store flags the failed call's record rather than the rollout, so a call that failed
+    before it produced an entry (the usual case) masks nothing.
+    """
+
+    breaks: ClassVar[str] = "MASK-6"
+
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
+        if call in state.entries:
+            super().apply_mark(rollout_id, state, call)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import os
 import re
 import struct
 import uuid
@@ -14,6 +16,7 @@ from typing import Any, ClassVar
 from base import BaseStore, RolloutFileState
 
 from tokcap_spec.errors import ConflictingEntryError
+from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry
 
 
@@ -409,3 +412,56 @@ class SanitizedCallIdKeys(BaseStore):
     def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         key = call.replace("/", "_").replace("\\", "_")
         super().apply_put(rollout_id, state, key, payload)
+
+
+class ConflictComparesTokensOnly(BaseStore):
+    """PUT-4: a re-put counts as identical when its token arrays match, whatever else differs.
+
+    A store that dedupes retries by hashing the tokens keeps the first payload, clean, when a
+    call comes back with another timestamp, log prob or output item.
+    """
+
+    breaks: ClassVar[str] = "PUT-4"
+
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
+        known = state.entries.get(call)
+        if known is not None and _tokens(known) == _tokens(payload):
+            return
+        super().apply_put(rollout_id, state, call, payload)
+
+
+def _tokens(payload: str) -> tuple[Any, Any]:
+    fields = json.loads(payload)
+    return fields["prompt_token_ids"], fields["generation_token_ids"]
+
+
+class PrefixListedRollouts(BaseStore):
+    """PUT-5: freeze lists the rollout's records by prefix, so ``r1`` shows up in ``r``.
+
+    A key-value transport reads a rollout with a pattern scan (``KEYS rollout:r*``) and merges
+    every record it finds, those of any rollout whose id extends this one's included.
+    """
+
+    breaks: ClassVar[str] = "PUT-5"
+
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
+        found = super().snapshot(rollout_id, state)
+        folder = os.path.join(self.root, "rollouts")
+        merged = list(found.entries)
+        for name in sorted(os.listdir(folder)):
+            other = name.removesuffix(".json")
+            if other != rollout_id and other.startswith(rollout_id) and name.endswith(".json"):
+                merged += [self.decode(stored) for stored in self.load(other).entries.values()]
+        return dataclasses.replace(found, entries=tuple(merged))
+
+
+class TruncatedRolloutIds(BaseStore):
+    """PUT-5: rollout ids are cut to 128 characters to fit the transport's key length.
+
+    Two rollouts whose ids share their first 128 characters share one record set.
+    """
+
+    breaks: ClassVar[str] = "PUT-5"
+
+    def key(self, rollout_id: str) -> str:
+        return rollout_id[:128]

@@ -6,7 +6,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
-from base import BaseStore, RolloutFileState
+from base import BaseStore, RelaxedFileStore, RolloutFileState
 
 from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry
@@ -163,3 +163,33 @@ class LiveSnapshotView(BaseStore):
         if view is not None:
             view.incomplete = True
             view.version = state.version
+
+
+@dataclass
+class _ListSnapshot:
+    rollout_id: str
+    entries: list[TokenEntry]
+    incomplete: bool
+    snapshot_id: str
+    version: int
+
+
+class SnapshotSharesRolloutList(RelaxedFileStore):
+    """SHAPE-3: every snapshot of a rollout holds the one list the instance keeps for it.
+
+    The store avoids rebuilding the list at each freeze and only appends what is new, so a
+    snapshot returned earlier grows when the rollout is frozen again.
+    """
+
+    breaks: ClassVar[str] = "SHAPE-3"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._lists: dict[str, list[TokenEntry]] = {}
+
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> Any:
+        full = super().snapshot(rollout_id, state)
+        kept = self._lists.setdefault(rollout_id, [])
+        known = {entry.model_call_id for entry in kept}
+        kept.extend(entry for entry in full.entries if entry.model_call_id not in known)
+        return _ListSnapshot(rollout_id, kept, full.incomplete, full.snapshot_id, full.version)
