@@ -29,8 +29,11 @@ __all__ = [
     "FAMILIES",
     "GROUPS",
     "MODEL_GROUP",
+    "Basic",
     "Check",
     "all_checks",
+    "basic",
+    "basics_by_name",
     "check",
     "check_modules",
     "checks_by_id",
@@ -158,6 +161,39 @@ def check(
         return function
 
     return register
+
+
+@dataclass(frozen=True)
+class Basic:
+    """The plainest use of some operations, tried when a check fails (:mod:`conformance._basics`).
+
+    ``clause`` is the clause it judges throughout, or None when each step names its own.
+    """
+
+    clause: str | None
+    name: str
+    function: CheckFunction
+
+
+_basics: dict[str, Basic] = {}
+
+
+def basic(clause: str | None, name: str) -> Callable[[CheckFunction], CheckFunction]:
+    """Register the decorated function as the basic ``name``, beside its family's checks."""
+
+    def register(function: CheckFunction) -> CheckFunction:
+        if name in _basics:
+            raise ValueError(f"basic {name} is registered twice")
+        _basics[name] = Basic(clause, name, function)
+        return function
+
+    return register
+
+
+def basics_by_name() -> dict[str, Basic]:
+    """Import every check module and return every registered basic keyed by its name."""
+    all_checks()
+    return dict(_basics)
 
 
 def check_modules() -> list[str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import warnings
 
+from conformance import _steps as step
 from conformance._basics import first_broken
-from conformance._checks._operations import unreadable
 from conformance._kit import Kit, unexpected_error
 from conformance._reading import Unreadable
 from conformance._registry import Check
@@ -63,7 +63,7 @@ def run_check(settings: KitSettings, check: Check) -> dict[str, str]:
     except ClauseViolation as exc:
         violation = exc
     except Unreadable as problem:
-        violation = unreadable(problem, kit)
+        violation = step.unreadable(problem, kit)
     except Exception as exc:
         violation = unexpected_error(check.clause_for(), f"check {check.id}", exc, kit)
     finally:

@@ -7,8 +7,8 @@ import json
 import secrets
 from typing import Any
 
-from conformance._kit import Kit, build_endpoint
-from conformance._registry import check
+from conformance._kit import Kit, build_endpoint, unexpected_error
+from conformance._registry import basic, check
 from conformance._workers import constructor
 from tokcap_spec.config import TokenIdCaptureConfig, TokenIdCaptureSettings
 from tokcap_spec.errors import EndpointError
@@ -98,3 +98,13 @@ def unknown_kwarg_secret(kit: Kit) -> None:
             )
     else:
         kit.run(endpoint.close())
+
+
+@basic("BUILD-1", "builds")
+def basic_builds(kit: Kit) -> None:
+    """BUILD-1: the sink and the source build from the target string and kwargs."""
+    for build in (kit.sink, kit.source):
+        try:
+            build()
+        except EndpointError as exc:
+            raise unexpected_error(kit.blame(), "building the target", exc, kit) from None

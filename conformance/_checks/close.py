@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-from conformance._checks._operations import (
-    call_of,
-    describe,
-    freeze,
-    mark,
-    payloads,
-    put,
-    raises,
-    sent,
-)
+from conformance import _steps as step
 from conformance._kit import Kit
-from conformance._registry import check
+from conformance._registry import basic, check
 
 
 @check("CLOSE-1", "idempotent")
@@ -21,7 +12,7 @@ def idempotent(kit: Kit) -> None:
     """Closing a sink and a source twice raises nothing."""
     for endpoint in (kit.sink(), kit.source()):
         for attempt in ("first", "second"):
-            error = raises(endpoint.close)
+            error = step.raises(endpoint.close)
             if error is not None:
                 kit.fail(
                     expected=f"the {attempt} {endpoint.role}.close() to succeed",
@@ -37,20 +28,39 @@ def loses_nothing(kit: Kit) -> None:
     rollout = kit.rollout_id()
     entries = [kit.entries.entry(rollout) for _ in range(5)]
     for entry in entries:
-        put(kit, sink, entry)
-    mark(kit, sink, rollout, call_of(entries[0]))
-    error = raises(sink.close)
+        step.put(kit, sink, entry)
+    step.mark(kit, sink, rollout, step.call_of(entries[0]))
+    error = step.raises(sink.close)
     if error is not None:
         kit.fail(
             expected="close() to succeed",
             observed=f"{type(error).__name__}",
             hint="see CLOSE-1",
         )
-    snapshot = freeze(kit, kit.source(), rollout)
-    expected = sent(entries)
-    if payloads(snapshot) != expected or not snapshot.incomplete:
+    snapshot = step.freeze(kit, kit.source(), rollout)
+    expected = step.sent(entries)
+    if step.payloads(snapshot) != expected or not snapshot.incomplete:
         kit.fail(
             expected=f"all {len(entries)} entries and the mark after close",
-            observed=describe(snapshot),
+            observed=step.describe(snapshot),
             hint="every ack must already be durable when close runs",
         )
+
+
+@basic("CLOSE-2", "closing")
+def basic_closing(kit: Kit) -> None:
+    """CLOSE-2: what was acked before close, a mark included, is there after it."""
+    sink = kit.sink()
+    rollout = kit.rollout_id("close")
+    entry = kit.entries.entry(rollout)
+    step.put(kit, sink, entry, clause="PUT-1")
+    step.mark(kit, sink, rollout, step.call_of(entry), clause="MASK-1")
+    kit.run(sink.raw.close())
+    after = step.freeze(kit, kit.source(), rollout)
+    step.expect(
+        kit,
+        after.incomplete and after.payloads() == step.sent([entry]),
+        "the entry and the mark acked before close to be there after it",
+        step.describe(after),
+        "every ack must already be durable when close runs",
+    )

@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-from conformance._checks._operations import (
-    call_of,
-    describe,
-    drop,
-    expect_equal_snapshots,
-    freeze,
-    mark,
-    payloads,
-    put,
-    raises,
-    state,
-)
+from conformance import _steps as step
 from conformance._kit import Endpoint, Kit
 from conformance._reading import SnapshotView, read_snapshot
-from conformance._registry import check
+from conformance._registry import basic, check
 from conformance._violation import fail
 
 
@@ -24,8 +13,8 @@ def _frozen(kit: Kit, entries: int = 2) -> tuple[Endpoint, str, SnapshotView]:
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     for _ in range(entries):
-        put(kit, sink, kit.entries.entry(rollout))
-    return source, rollout, freeze(kit, source, rollout)
+        step.put(kit, sink, kit.entries.entry(rollout))
+    return source, rollout, step.freeze(kit, source, rollout)
 
 
 def _expect_refused(
@@ -37,7 +26,7 @@ def _expect_refused(
     why: str,
     hint: str = "retire only when both snapshot_id and version equal the current frozen state",
 ) -> None:
-    if drop(kit, source, rollout, snapshot_id, version):
+    if step.drop(kit, source, rollout, snapshot_id, version):
         kit.fail(expected=f"drop to return False for {why}", observed="True", hint=hint)
 
 
@@ -45,10 +34,10 @@ def _expect_refused(
 def exact_snapshot(kit: Kit) -> None:
     """Drop with the exact snapshot_id and version of the frozen state returns True."""
     _, rollout, snapshot = _frozen(kit)
-    if not drop(kit, kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
+    if not step.drop(kit, kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
         kit.fail(
             expected="True for the exact current snapshot",
-            observed=f"False for {describe(snapshot)}",
+            observed=f"False for {step.describe(snapshot)}",
             hint="compare the stored frozen snapshot_id and version, from any instance",
         )
 
@@ -63,15 +52,15 @@ def long_history(kit: Kit) -> None:
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout, prompt_len=8, generation_len=4)
-    put(kit, sink, entry)
+    step.put(kit, sink, entry)
     for _ in range(_LONG_HISTORY):
-        freeze(kit, source, rollout)
-        mark(kit, sink, rollout, call_of(entry))
-    snapshot = freeze(kit, source, rollout)
-    if not drop(kit, kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
+        step.freeze(kit, source, rollout)
+        step.mark(kit, sink, rollout, step.call_of(entry))
+    snapshot = step.freeze(kit, source, rollout)
+    if not step.drop(kit, kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
         kit.fail(
             expected=f"True for the exact current snapshot after {_LONG_HISTORY} state changes",
-            observed=f"False for {describe(snapshot)}",
+            observed=f"False for {step.describe(snapshot)}",
             hint="compare snapshot_id and version by value (==), never by identity (is): "
             "equal ints past 256 and equal strings read back elsewhere are other objects",
         )
@@ -83,13 +72,13 @@ def unseen_state(kit: Kit) -> None:
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
-    put(kit, sink, entry)
-    snapshot = freeze(kit, source, rollout)
+    step.put(kit, sink, entry)
+    snapshot = step.freeze(kit, source, rollout)
     for change in range(1, 4):
         if change == 2:
-            raises(kit.sink().put, kit.entries.entry(rollout))
+            step.raises(kit.sink().put, kit.entries.entry(rollout))
         else:
-            mark(kit, kit.sink(), rollout, call_of(entry))
+            step.mark(kit, kit.sink(), rollout, step.call_of(entry))
         for delta in range(1, 2 * change + 1):
             _expect_refused(
                 kit,
@@ -102,12 +91,12 @@ def unseen_state(kit: Kit) -> None:
                 hint="retire only a pair a freeze returned: remember the frozen version, and "
                 "refuse a guessed one even when it equals the current state's",
             )
-    current = freeze(kit, kit.source(), rollout)
-    if not drop(kit, source, rollout, current.snapshot_id, current.version):
+    current = step.freeze(kit, kit.source(), rollout)
+    if not step.drop(kit, source, rollout, current.snapshot_id, current.version):
         fail(
             "DROP-1",
             expected="the pair the latest freeze returned to drop",
-            observed=f"False for {describe(current)}",
+            observed=f"False for {step.describe(current)}",
             hint="compare the stored frozen snapshot_id and version, from any instance",
         )
 
@@ -148,7 +137,7 @@ def unfrozen_rollout(kit: Kit) -> None:
     """Drop of a rollout that was written but never frozen returns False."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
-    put(kit, sink, kit.entries.entry(rollout))
+    step.put(kit, sink, kit.entries.entry(rollout))
     for version in (0, 1, 2):
         _expect_refused(
             kit,
@@ -174,7 +163,7 @@ def refusal_destroys_nothing(kit: Kit) -> None:
         (snapshot.snapshot_id, snapshot.version + 1),
         (snapshot.snapshot_id + "x", snapshot.version),
     ):
-        if drop(kit, source, rollout, snapshot_id, version):
+        if step.drop(kit, source, rollout, snapshot_id, version):
             fail(
                 "DROP-2",
                 expected=f"drop to return False for ({snapshot_id!r}, {version}) "
@@ -182,14 +171,14 @@ def refusal_destroys_nothing(kit: Kit) -> None:
                 observed="True",
                 hint="retire only when both snapshot_id and version equal the current frozen state",
             )
-    again = freeze(kit, kit.source(), rollout)
-    expect_equal_snapshots(
+    again = step.freeze(kit, kit.source(), rollout)
+    step.expect_equal_snapshots(
         kit,
         snapshot,
         again,
         hint="a refused drop must not delete, unfreeze or re-version anything",
     )
-    if not drop(kit, source, rollout, snapshot.snapshot_id, snapshot.version):
+    if not step.drop(kit, source, rollout, snapshot.snapshot_id, snapshot.version):
         kit.fail(
             expected="the exact snapshot to still drop after refused attempts",
             observed="False",
@@ -201,7 +190,7 @@ def refusal_destroys_nothing(kit: Kit) -> None:
 def mark_after_freeze(kit: Kit) -> None:
     """A mark_incomplete after freeze makes the old snapshot's drop return False."""
     source, rollout, snapshot = _frozen(kit)
-    mark(kit, kit.sink(), rollout, next(iter(payloads(snapshot))))
+    step.mark(kit, kit.sink(), rollout, next(iter(step.payloads(snapshot))))
     _expect_refused(
         kit,
         source,
@@ -210,11 +199,11 @@ def mark_after_freeze(kit: Kit) -> None:
         snapshot.version,
         "a snapshot taken before a mark_incomplete",
     )
-    current = freeze(kit, source, rollout)
+    current = step.freeze(kit, source, rollout)
     if not current.incomplete:
         kit.fail(
             expected="the new snapshot to be incomplete",
-            observed=describe(current),
+            observed=step.describe(current),
             hint="see MASK-3",
         )
 
@@ -225,11 +214,11 @@ def conflict_after_freeze(kit: Kit) -> None:
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
-    put(kit, sink, entry)
-    snapshot = freeze(kit, source, rollout)
-    raises(kit.sink().put, kit.entries.variant(entry))
-    after = freeze(kit, kit.source(), rollout)
-    if state(after)[1:] == state(snapshot)[1:]:
+    step.put(kit, sink, entry)
+    snapshot = step.freeze(kit, source, rollout)
+    step.raises(kit.sink().put, kit.entries.variant(entry))
+    after = step.freeze(kit, kit.source(), rollout)
+    if step.state(after)[1:] == step.state(snapshot)[1:]:
         return  # Refused and nothing changed: the old snapshot is still the current state.
     _expect_refused(
         kit,
@@ -238,7 +227,7 @@ def conflict_after_freeze(kit: Kit) -> None:
         snapshot.snapshot_id,
         snapshot.version,
         f"a snapshot taken before a conflicting re-put changed the rollout "
-        f"(before: {describe(snapshot)}; after: {describe(after)})",
+        f"(before: {step.describe(snapshot)}; after: {step.describe(after)})",
         hint="a conflict that marks the rollout incomplete is a state change: bump the version",
     )
 
@@ -247,7 +236,7 @@ def conflict_after_freeze(kit: Kit) -> None:
 def delete_semantics(kit: Kit) -> None:
     """After a successful drop the records are gone, unless the target declares no-delete."""
     source, rollout, snapshot = _frozen(kit)
-    if not drop(kit, source, rollout, snapshot.snapshot_id, snapshot.version):
+    if not step.drop(kit, source, rollout, snapshot.snapshot_id, snapshot.version):
         kit.fail(expected="True for the exact snapshot", observed="False", hint="see DROP-1")
     try:
         after: SnapshotView | None = read_snapshot(kit.source().freeze(rollout))
@@ -265,6 +254,87 @@ def delete_semantics(kit: Kit) -> None:
         assert after is not None
         kit.fail(
             expected="the dropped records to be gone",
-            observed=f"freeze after drop returned {describe(after)}",
+            observed=f"freeze after drop returned {step.describe(after)}",
             hint="delete on drop, or declare --tokcap-capability=no-delete",
+        )
+
+
+@basic(None, "retire")
+def basic_retire(kit: Kit) -> None:
+    """DROP-1, DROP-2, DROP-3, FENCE-2, FENCE-1: exact drops retire; others destroy nothing."""
+    sink, source = kit.sink(), kit.source()
+    exact, other = kit.rollout_id("basic"), kit.rollout_id("basic")
+    for rollout in (exact, other):
+        step.put(kit, sink, kit.entries.entry(rollout), clause="PUT-1")
+    first = step.freeze(kit, source, exact, clause="FREEZE-1")
+    step.expect(
+        kit,
+        step.drop(kit, kit.source(), exact, first.snapshot_id, first.version, clause="DROP-1"),
+        "drop of the exact current snapshot to return True",
+        f"False for {step.describe(first)}",
+        "compare the stored frozen snapshot_id and version, from any instance",
+        clause="DROP-1",
+    )
+    step.expect(
+        kit,
+        step.raises(kit.sink().put, kit.entries.entry(exact)) is not None,
+        "a put after drop to raise",
+        "it was acked",
+        "keep a tombstone for dropped rollouts",
+        clause="FENCE-2",
+    )
+    try:
+        gone = read_snapshot(kit.run(kit.source().raw.freeze(exact)))
+    except Exception:
+        gone = None  # A retired rollout may refuse to freeze.
+    if gone is not None:
+        remains = bool(gone.entries)
+        step.expect(
+            kit,
+            remains == kit.claims("no-delete"),
+            "the records to still freeze after drop (no-delete declared)"
+            if kit.claims("no-delete")
+            else "the records to be gone after drop",
+            step.describe(gone),
+            "delete on drop, or declare --tokcap-capability=no-delete",
+            clause="DROP-5",
+        )
+    kept = step.freeze(kit, source, other, clause="FREEZE-1")
+    for snapshot_id, version in ((kept.snapshot_id, kept.version + 1), ("other", kept.version)):
+        step.expect(
+            kit,
+            not step.drop(kit, source, other, snapshot_id, version, clause="DROP-2"),
+            f"drop with ({snapshot_id!r}, {version}) to return False",
+            f"True (current {kept.snapshot_id!r}, {kept.version})",
+            "retire only the exact current snapshot",
+            clause="DROP-2",
+        )
+    step.expect(
+        kit,
+        step.state(step.freeze(kit, kit.source(), other, clause="DROP-3")) == step.state(kept),
+        "a refused drop to destroy nothing",
+        step.describe(kept),
+        "a refused drop must not delete, unfreeze or re-version anything",
+        clause="DROP-3",
+    )
+    late = kit.rollout_id("late")
+    step.put(kit, sink, kit.entries.entry(late), clause="PUT-1")
+    before = step.freeze(kit, source, late, clause="FREEZE-1")
+    if step.raises(kit.sink().put, kit.entries.entry(late)) is None:
+        step.expect(
+            kit,
+            kit.fence != "strict",
+            "a put of a new call after freeze to raise (--tokcap-fence=strict)",
+            "it was acked",
+            "refuse writes to a frozen rollout",
+            clause="FENCE-1",
+        )
+        after = step.freeze(kit, kit.source(), late, clause="FENCE-1")
+        step.expect(
+            kit,
+            after.version != before.version and len(after.entries) == 2,
+            "a put after freeze to raise, or to be kept under a new version",
+            f"before: {step.describe(before)}; after: {step.describe(after)}",
+            "a relaxed fence bumps the version on every accepted write",
+            clause="FENCE-1",
         )

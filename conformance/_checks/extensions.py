@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance._checks._operations import call_of, describe, freeze, payloads, put, raises
+from conformance import _steps as step
 from conformance._entries import ODD_CALL_IDS
 from conformance._kit import Endpoint, Kit
 from conformance._registry import check
@@ -23,26 +23,26 @@ def intents(kit: Kit) -> None:
     matched = kit.rollout_id("matched")
     for call in ("plain", *ODD_CALL_IDS):
         kit.run(sink.raw.begin_call(matched, call))
-        put(
+        step.put(
             kit,
             sink,
             kit.entries.entry(matched, call, prompt_len=2, generation_len=1),
         )
-    snapshot = freeze(kit, kit.source(), matched)
+    snapshot = step.freeze(kit, kit.source(), matched)
     if snapshot.incomplete:
         kit.fail(
             expected="intents matched by their entries to leave it clean",
-            observed=describe(snapshot),
+            observed=step.describe(snapshot),
             hint="match intents to entries by exact call id",
         )
     dangling = kit.rollout_id("dangling")
-    put(kit, sink, kit.entries.entry(dangling, "done"))
+    step.put(kit, sink, kit.entries.entry(dangling, "done"))
     kit.run(sink.raw.begin_call(dangling, "never-finished\nid"))
-    snapshot = freeze(kit, kit.source(), dangling)
+    snapshot = step.freeze(kit, kit.source(), dangling)
     if not snapshot.incomplete:
         kit.fail(
             expected="an intent with no entry to make the snapshot incomplete",
-            observed=describe(snapshot),
+            observed=step.describe(snapshot),
             hint="a call that began and never put lost its tokens",
         )
 
@@ -54,11 +54,11 @@ def retire_and_delete(kit: Kit) -> None:
     _require(source, "retire", "delete")
     frozen, written, unknown = (kit.rollout_id(label) for label in ("frozen", "written", "unknown"))
     for rollout in (frozen, written):
-        put(kit, sink, kit.entries.entry(rollout))
-    freeze(kit, source, frozen)
+        step.put(kit, sink, kit.entries.entry(rollout))
+    step.freeze(kit, source, frozen)
     ids = [frozen, written, unknown]
     for attempt in ("first", "repeated"):
-        error = raises(source.retire, ids)
+        error = step.raises(source.retire, ids)
         if error is not None:
             kit.fail(
                 expected=f"the {attempt} retire to succeed",
@@ -66,13 +66,13 @@ def retire_and_delete(kit: Kit) -> None:
                 hint="retire works whatever the state, and repeating it is a no-op",
             )
     for rollout in ids:
-        if raises(kit.sink().put, kit.entries.entry(rollout)) is None:
+        if step.raises(kit.sink().put, kit.entries.entry(rollout)) is None:
             kit.fail(
                 expected=f"a put into retired {rollout!r} to raise",
                 observed="the put was acked",
                 hint="retire fences the rollout",
             )
-    error = raises(source.delete, [frozen])
+    error = step.raises(source.delete, [frozen])
     if error is not None:
         kit.fail(
             expected="delete to succeed",
@@ -80,11 +80,11 @@ def retire_and_delete(kit: Kit) -> None:
             hint="delete removes fences",
         )
     reused = kit.entries.entry(frozen)
-    put(kit, kit.sink(), reused)
-    snapshot = freeze(kit, kit.source(), frozen)
-    if list(payloads(snapshot)) != [call_of(reused)] or snapshot.incomplete:
+    step.put(kit, kit.sink(), reused)
+    snapshot = step.freeze(kit, kit.source(), frozen)
+    if list(step.payloads(snapshot)) != [step.call_of(reused)] or snapshot.incomplete:
         kit.fail(
             expected="a deleted id to start again from nothing",
-            observed=describe(snapshot),
+            observed=step.describe(snapshot),
             hint="delete removes the records and the tombstone",
         )

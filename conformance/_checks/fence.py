@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance._checks._operations import call_of, describe, drop, freeze, put, raises
+from conformance import _steps as step
 from conformance._kit import Kit
 from conformance._registry import check
 
@@ -12,10 +12,10 @@ def put_after_freeze(kit: Kit) -> None:
     """A new call after freeze raises, or bumps the version so the old snapshot cannot drop."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
-    put(kit, sink, kit.entries.entry(rollout))
-    before = freeze(kit, source, rollout)
+    step.put(kit, sink, kit.entries.entry(rollout))
+    before = step.freeze(kit, source, rollout)
     late = kit.entries.entry(rollout)
-    error = raises(kit.sink().put, late)
+    error = step.raises(kit.sink().put, late)
     if error is not None:
         kit.observe("fence", "strict")
         return
@@ -26,16 +26,16 @@ def put_after_freeze(kit: Kit) -> None:
             observed="the put was acked",
             hint="refuse writes to a frozen rollout",
         )
-    after = freeze(kit, kit.source(), rollout)
-    if after.version == before.version or call_of(late) not in {
+    after = step.freeze(kit, kit.source(), rollout)
+    if after.version == before.version or step.call_of(late) not in {
         entry.model_call_id for entry in after.entries
     }:
         kit.fail(
             expected="the late entry frozen under a new version",
-            observed=f"before: {describe(before)}; after: {describe(after)}",
+            observed=f"before: {step.describe(before)}; after: {step.describe(after)}",
             hint="a relaxed fence must bump the version on every accepted write",
         )
-    if drop(kit, source, rollout, before.snapshot_id, before.version):
+    if step.drop(kit, source, rollout, before.snapshot_id, before.version):
         kit.fail(
             expected="drop of the snapshot taken before the late put to return False",
             observed="True: the late entry was retired without ever being consumed",
@@ -49,16 +49,16 @@ def put_after_drop(kit: Kit) -> None:
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     first = kit.entries.entry(rollout)
-    put(kit, sink, first)
-    snapshot = freeze(kit, source, rollout)
-    if not drop(kit, source, rollout, snapshot.snapshot_id, snapshot.version):
+    step.put(kit, sink, first)
+    snapshot = step.freeze(kit, source, rollout)
+    if not step.drop(kit, source, rollout, snapshot.snapshot_id, snapshot.version):
         kit.fail(
             expected="drop of the exact snapshot to return True",
             observed="False",
             hint="see DROP-1",
         )
     for label, entry in (("a new call", kit.entries.entry(rollout)), ("the dropped call", first)):
-        if raises(kit.sink().put, entry) is None:
+        if step.raises(kit.sink().put, entry) is None:
             kit.fail(
                 expected=f"a put of {label} after drop to raise",
                 observed="the put was acked into a retired rollout",

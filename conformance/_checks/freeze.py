@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from conformance._checks._operations import describe, expect_equal_snapshots, freeze, put
+from conformance import _steps as step
 from conformance._kit import Kit
-from conformance._registry import check
+from conformance._registry import basic, check
 
 
 @check("FREEZE-1", "snapshot-identity")
@@ -15,8 +15,8 @@ def snapshot_identity(kit: Kit) -> None:
     """
     sink = kit.sink()
     rollout = kit.rollout_id()
-    put(kit, sink, kit.entries.entry(rollout))
-    freeze(kit, kit.source(), rollout)
+    step.put(kit, sink, kit.entries.entry(rollout))
+    step.freeze(kit, kit.source(), rollout)
 
 
 @check("FREEZE-2", "idempotent")
@@ -25,14 +25,14 @@ def idempotent(kit: Kit) -> None:
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     for _ in range(3):
-        put(kit, sink, kit.entries.entry(rollout))
-    first = freeze(kit, source, rollout)
+        step.put(kit, sink, kit.entries.entry(rollout))
+    first = step.freeze(kit, source, rollout)
     hint = "a freeze with no write in between must not mint a new snapshot_id or version"
-    expect_equal_snapshots(kit, first, freeze(kit, source, rollout), hint=hint)
-    expect_equal_snapshots(
+    step.expect_equal_snapshots(kit, first, step.freeze(kit, source, rollout), hint=hint)
+    step.expect_equal_snapshots(
         kit,
         first,
-        freeze(kit, kit.source(), rollout),
+        step.freeze(kit, kit.source(), rollout),
         hint=hint + "; keep the frozen state where every instance reads it",
     )
 
@@ -44,13 +44,13 @@ def unique_per_call(kit: Kit) -> None:
     rollout = kit.rollout_id()
     entries = [kit.entries.entry(rollout, prompt_len=4, generation_len=2) for _ in range(4)]
     for entry in [*entries, *reversed(entries), entries[0]]:
-        put(kit, sink, entry)
-    snapshot = freeze(kit, kit.source(), rollout)
+        step.put(kit, sink, entry)
+    snapshot = step.freeze(kit, kit.source(), rollout)
     calls = [entry.model_call_id for entry in snapshot.entries]
     if sorted(calls) != sorted(entry.model_call_id for entry in entries):
         kit.fail(
             expected=f"{len(entries)} entries, one per call id",
-            observed=describe(snapshot),
+            observed=step.describe(snapshot),
             hint="key entries by model_call_id, not by arrival",
         )
 
@@ -58,10 +58,79 @@ def unique_per_call(kit: Kit) -> None:
 @check("FREEZE-4", "never-written")
 def never_written(kit: Kit) -> None:
     """Freezing a rollout that never saw a write returns an empty, clean snapshot."""
-    snapshot = freeze(kit, kit.source(), kit.rollout_id("empty"))
+    snapshot = step.freeze(kit, kit.source(), kit.rollout_id("empty"))
     if snapshot.entries or snapshot.incomplete:
         kit.fail(
             expected="no entries and incomplete=False",
-            observed=describe(snapshot),
+            observed=step.describe(snapshot),
             hint="an unknown rollout is empty and clean, not an error",
         )
+
+
+@basic(None, "one-rollout")
+def basic_one_rollout(kit: Kit) -> None:
+    """FREEZE-3, PUT-2, FREEZE-2, FREEZE-4, PUT-3 on plain entries of one rollout."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id("basic")
+    entry = kit.entries.entry(rollout)
+    step.put(kit, sink, entry, clause="PUT-1")
+    first = step.freeze(kit, source, rollout, clause="FREEZE-1")
+    step.expect(
+        kit,
+        len(first.entries) == 1,
+        "one entry for one put",
+        step.describe(first),
+        "key entries by model_call_id",
+        clause="FREEZE-3",
+    )
+    step.expect(
+        kit,
+        first.payloads() == step.sent([entry]),
+        "a plain entry (ASCII, float32-exact log probs) to freeze back unchanged",
+        step.describe(first),
+        "store every field of the record as given",
+        clause="PUT-2",
+    )
+    for repeat in (
+        step.freeze(kit, source, rollout, clause="FREEZE-2"),
+        step.freeze(kit, kit.source(), rollout, clause="FREEZE-2"),
+    ):
+        step.expect(
+            kit,
+            step.state(repeat) == step.state(first),
+            f"the same snapshot: {step.describe(first)}",
+            step.describe(repeat),
+            "a freeze with no write in between mints nothing new",
+            clause="FREEZE-2",
+        )
+    empty = step.freeze(kit, source, kit.rollout_id("never"), clause="FREEZE-4")
+    step.expect(
+        kit,
+        not empty.entries and not empty.incomplete,
+        "a rollout never written to freeze empty and clean",
+        step.describe(empty),
+        "an unknown rollout is empty and clean, not an error",
+        clause="FREEZE-4",
+    )
+    again = kit.rollout_id("reput")
+    twice = kit.entries.entry(again)
+    step.put(kit, sink, twice, clause="PUT-3")
+    step.put(kit, kit.sink(), twice, clause="PUT-3")
+    frozen = step.freeze(kit, source, again, clause="PUT-3")
+    step.expect(
+        kit,
+        len(frozen.entries) == 1 and not frozen.incomplete,
+        "one clean entry after an identical re-put",
+        step.describe(frozen),
+        "an identical re-put is a no-op",
+        clause="PUT-3",
+    )
+    step.raises(kit.sink().put, twice)
+    step.expect(
+        kit,
+        step.state(step.freeze(kit, kit.source(), again, clause="PUT-3")) == step.state(frozen),
+        "an identical re-put after freeze to change nothing",
+        step.describe(frozen),
+        "after freeze an identical re-put may raise, but never moves the version",
+        clause="PUT-3",
+    )

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-from conformance._checks._operations import (
-    call_of,
-    describe,
-    drop,
-    freeze,
-    mark,
-    payloads,
-    put,
-    raises,
-    sent,
-)
+from conformance import _steps as step
 from conformance._entries import ODD_CALL_IDS
 from conformance._kit import Kit
 from conformance._reading import entry_view, read_snapshot
-from conformance._registry import check
+from conformance._registry import basic, check
 from conformance._violation import ClauseViolation, NotClaimed, fail
 from conformance._workers import Operation, WorkerPlan, run_workers
 
 
 def _expect_incomplete(kit: Kit, rollout: str, why: str, hint: str) -> None:
-    snapshot = freeze(kit, kit.source(), rollout)
+    snapshot = step.freeze(kit, kit.source(), rollout)
     if not snapshot.incomplete:
-        kit.fail(expected=f"incomplete=True {why}", observed=describe(snapshot), hint=hint)
+        kit.fail(expected=f"incomplete=True {why}", observed=step.describe(snapshot), hint=hint)
 
 
 @check("MASK-1", "fresh-instance")
@@ -32,8 +22,8 @@ def fresh_instance(kit: Kit) -> None:
     """A mark is seen by a fresh source instance in this process."""
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
-    put(kit, kit.sink(), entry)
-    mark(kit, kit.sink(), rollout, call_of(entry))
+    step.put(kit, kit.sink(), entry)
+    step.mark(kit, kit.sink(), rollout, step.call_of(entry))
     _expect_incomplete(
         kit,
         rollout,
@@ -54,7 +44,7 @@ def other_process(kit: Kit) -> None:
         dict(kit.settings.sink_kwargs),
         (
             Operation("put", entry_view(entry).payload),
-            Operation("mark", rollout_id=rollout, model_call_id=call_of(entry)),
+            Operation("mark", rollout_id=rollout, model_call_id=step.call_of(entry)),
         ),
         entry_class=kit.settings.entry_class,
     )
@@ -79,13 +69,13 @@ def sticky(kit: Kit) -> None:
     sink = kit.sink()
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
-    put(kit, sink, entry)
-    mark(kit, sink, rollout, call_of(entry))
-    put(kit, sink, kit.entries.entry(rollout))
-    put(kit, sink, entry)
+    step.put(kit, sink, entry)
+    step.mark(kit, sink, rollout, step.call_of(entry))
+    step.put(kit, sink, kit.entries.entry(rollout))
+    step.put(kit, sink, entry)
     _expect_incomplete(kit, rollout, "after later puts", "never clear the incomplete flag on a put")
-    mark(kit, sink, rollout, call_of(entry))
-    raises(sink.put, entry)
+    step.mark(kit, sink, rollout, step.call_of(entry))
+    step.raises(sink.put, entry)
     _expect_incomplete(
         kit,
         rollout,
@@ -100,14 +90,14 @@ def after_freeze(kit: Kit) -> None:
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
-    put(kit, sink, entry)
-    before = freeze(kit, source, rollout)
-    mark(kit, sink, rollout, call_of(entry))
-    after = freeze(kit, kit.source(), rollout)
+    step.put(kit, sink, entry)
+    before = step.freeze(kit, source, rollout)
+    step.mark(kit, sink, rollout, step.call_of(entry))
+    after = step.freeze(kit, kit.source(), rollout)
     if not after.incomplete or after.version == before.version:
         kit.fail(
             expected="incomplete=True under a new version",
-            observed=f"before: {describe(before)}; after: {describe(after)}",
+            observed=f"before: {step.describe(before)}; after: {step.describe(after)}",
             hint="a mark is a state change: record it after freeze and bump the version",
         )
 
@@ -118,8 +108,8 @@ def conflict_masks(kit: Kit) -> None:
     sink = kit.sink()
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
-    put(kit, sink, entry)
-    if raises(kit.sink().put, kit.entries.variant(entry)) is None:
+    step.put(kit, sink, entry)
+    if step.raises(kit.sink().put, kit.entries.variant(entry)) is None:
         _expect_incomplete(
             kit,
             rollout,
@@ -135,26 +125,26 @@ def keeps_evidence(kit: Kit) -> None:
     rollout = kit.rollout_id()
     entries = [kit.entries.entry(rollout) for _ in range(3)]
     for entry in entries:
-        put(kit, sink, entry)
-    mark(kit, sink, rollout, call_of(entries[0]))
-    expected = sent(entries)
+        step.put(kit, sink, entry)
+    step.mark(kit, sink, rollout, step.call_of(entries[0]))
+    expected = step.sent(entries)
     for endpoint in (source, source, kit.source()):
-        snapshot = freeze(kit, endpoint, rollout)
-        if payloads(snapshot) != expected:
+        snapshot = step.freeze(kit, endpoint, rollout)
+        if step.payloads(snapshot) != expected:
             kit.fail(
                 expected=f"all {len(entries)} entries of the masked rollout",
-                observed=describe(snapshot),
+                observed=step.describe(snapshot),
                 hint="masking keeps the evidence; only a consumer's drop removes it",
             )
         if not snapshot.incomplete:
             fail(
                 "MASK-2",
                 expected="every freeze after the mark to say incomplete=True",
-                observed=describe(snapshot),
+                observed=step.describe(snapshot),
                 hint="never clear the incomplete flag on freeze",
             )
-    current = freeze(kit, source, rollout)
-    if not drop(kit, source, rollout, current.snapshot_id, current.version):
+    current = step.freeze(kit, source, rollout)
+    if not step.drop(kit, source, rollout, current.snapshot_id, current.version):
         kit.fail(
             expected="the masked snapshot to drop with its exact id and version",
             observed="False",
@@ -167,16 +157,16 @@ def after_drop(kit: Kit) -> None:
     """A mark on a dropped rollout may raise or return, but no later freeze comes back clean."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
-    put(kit, sink, kit.entries.entry(rollout))
-    snapshot = freeze(kit, source, rollout)
-    if not drop(kit, source, rollout, snapshot.snapshot_id, snapshot.version):
+    step.put(kit, sink, kit.entries.entry(rollout))
+    snapshot = step.freeze(kit, source, rollout)
+    if not step.drop(kit, source, rollout, snapshot.snapshot_id, snapshot.version):
         fail(
             "DROP-1",
             expected="the exact snapshot to drop",
             observed="False",
             hint="compare the stored frozen snapshot_id and version",
         )
-    raises(kit.sink().mark_incomplete, rollout, "after-drop")
+    step.raises(kit.sink().mark_incomplete, rollout, "after-drop")
     try:
         later = read_snapshot(kit.source().freeze(rollout))
     except ClauseViolation:
@@ -187,13 +177,13 @@ def after_drop(kit: Kit) -> None:
         fail(
             "DROP-5",
             expected="the dropped records to be gone",
-            observed=f"freeze after drop returned {describe(later)}",
+            observed=f"freeze after drop returned {step.describe(later)}",
             hint="delete on drop, or declare --tokcap-capability=no-delete",
         )
     if not later.incomplete:
         kit.fail(
             expected="a freeze after drop and mark to raise or to be incomplete",
-            observed=describe(later),
+            observed=step.describe(later),
             hint="keep a dropped rollout retired: refuse the mark, or keep it and show it",
         )
 
@@ -204,7 +194,7 @@ def any_call_id(kit: Kit) -> None:
     sink = kit.sink()
     for call in ("", *ODD_CALL_IDS):
         rollout = kit.rollout_id()
-        mark(kit, sink, rollout, call)
+        step.mark(kit, sink, rollout, call)
         _expect_incomplete(
             kit,
             rollout,
@@ -214,11 +204,98 @@ def any_call_id(kit: Kit) -> None:
     for call in ("", "never-put", "call-1 "):
         # A failed model call has no entry: its mark must mask a rollout that has others.
         rollout = kit.rollout_id()
-        put(kit, sink, kit.entries.entry(rollout, "call-1"))
-        mark(kit, sink, rollout, call)
+        step.put(kit, sink, kit.entries.entry(rollout, "call-1"))
+        step.mark(kit, sink, rollout, call)
         _expect_incomplete(
             kit,
             rollout,
             f"after mark_incomplete with {call[:30]!r}",
             "accept any call id string, empty included",
         )
+
+
+@basic(None, "masking")
+def basic_masking(kit: Kit) -> None:
+    """MASK-1, MASK-5, MASK-3, MASK-2: a mark is seen, keeps entries, moves versions, sticks."""
+    sink, source = kit.sink(), kit.source()
+    rollout = kit.rollout_id("mask")
+    entry = kit.entries.entry(rollout)
+    step.put(kit, sink, entry, clause="PUT-1")
+    step.mark(kit, kit.sink(), rollout, step.call_of(entry), clause="MASK-1")
+    seen = step.freeze(kit, kit.source(), rollout, clause="MASK-1")
+    step.expect(
+        kit,
+        seen.incomplete,
+        "a fresh source to see the mark: incomplete=True",
+        step.describe(seen),
+        "mark_incomplete must be durable and visible before it returns",
+        clause="MASK-1",
+    )
+    step.expect(
+        kit,
+        seen.payloads() == step.sent([entry]),
+        "the masked rollout to keep its entry",
+        step.describe(seen),
+        "masking keeps the evidence",
+        clause="MASK-5",
+    )
+    fresh = kit.rollout_id("mask-frozen")
+    fresh_entry = kit.entries.entry(fresh)
+    step.put(kit, sink, fresh_entry, clause="PUT-1")
+    clean = step.freeze(kit, source, fresh, clause="FREEZE-1")
+    step.mark(kit, kit.sink(), fresh, step.call_of(fresh_entry), clause="MASK-3")
+    after = step.freeze(kit, kit.source(), fresh, clause="MASK-3")
+    step.expect(
+        kit,
+        after.incomplete and after.version != clean.version,
+        "a mark after freeze to show under a new version",
+        f"before: {step.describe(clean)}; after: {step.describe(after)}",
+        "a mark is a state change: bump the version",
+        clause="MASK-3",
+    )
+    stale = kit.rollout_id("mask-stale")
+    stale_entry = kit.entries.entry(stale)
+    step.put(kit, sink, stale_entry, clause="PUT-1")
+    old = step.freeze(kit, source, stale, clause="FREEZE-1")
+    step.mark(kit, kit.sink(), stale, step.call_of(stale_entry), clause="DROP-4")
+    step.expect(
+        kit,
+        not step.drop(kit, source, stale, old.snapshot_id, old.version, clause="DROP-4"),
+        "drop of the snapshot taken before the mark to return False",
+        "True",
+        "drop must compare the current version, not the one frozen",
+        clause="DROP-4",
+    )
+    step.mark(kit, sink, rollout, step.call_of(entry), clause="MASK-2")
+    for _ in range(2):
+        again = step.freeze(kit, source, rollout, clause="MASK-2")
+        step.expect(
+            kit,
+            again.incomplete,
+            "incomplete to stick over re-marks and freezes",
+            step.describe(again),
+            "never clear the incomplete flag",
+            clause="MASK-2",
+        )
+    step.expect(
+        kit,
+        step.drop(kit, source, rollout, again.snapshot_id, again.version, clause="MASK-5"),
+        "a masked snapshot to drop with its exact id and version",
+        "False",
+        "a masked rollout is retired like any other",
+        clause="MASK-5",
+    )
+    later = kit.rollout_id("mask-late")
+    first_entry = kit.entries.entry(later)
+    step.put(kit, sink, first_entry, clause="PUT-1")
+    step.mark(kit, sink, later, step.call_of(first_entry), clause="MASK-2")
+    step.put(kit, sink, kit.entries.entry(later), clause="MASK-2")
+    before = step.freeze(kit, source, later, clause="MASK-2")
+    step.expect(
+        kit,
+        before.incomplete,
+        "a put after a mark to leave it incomplete",
+        step.describe(before),
+        "never clear the incomplete flag on a put",
+        clause="MASK-2",
+    )

@@ -8,24 +8,11 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from conformance._basics import visible_after
-from conformance._checks._operations import (
-    call_of,
-    describe,
-    drop,
-    expect_equal_snapshots,
-    freeze,
-    mark,
-    payloads,
-    put,
-    raises,
-    run_property,
-    sent,
-)
+from conformance import _steps as step
 from conformance._entries import ODD_CALL_IDS
 from conformance._kit import Kit
 from conformance._reading import SnapshotView, Unreadable, entry_view, record_fields
-from conformance._registry import check
+from conformance._registry import basic, check
 from conformance.strategies import model_call_ids, token_entry_fields
 
 
@@ -49,7 +36,7 @@ def _expect_round_trip(kit: Kit, entry: Any, snapshot: SnapshotView) -> None:
     if got is None:
         kit.fail(
             expected=f"call {want.model_call_id!r} in the snapshot",
-            observed=f"calls {sorted(payloads(snapshot))!r}"[:400],
+            observed=f"calls {sorted(step.payloads(snapshot))!r}"[:400],
             hint="keep model_call_id exactly as given: any non-empty string",
         )
     if got.payload != want.payload:
@@ -90,19 +77,19 @@ def durable_on_return(kit: Kit) -> None:
         rollout = kit.rollout_id()
         size = 4096 if attempt % 4 == 3 else None
         entry = kit.entries.entry(rollout, prompt_len=size, generation_len=size)
-        seen = visible_after(kit, sink, entry, built_before=attempt % 2 == 1)
+        seen = step.visible_after(kit, sink, entry, built_before=attempt % 2 == 1)
         if isinstance(seen, Unreadable):
             raise seen
-        if isinstance(seen, SnapshotView) and call_of(entry) in payloads(seen):
+        if isinstance(seen, SnapshotView) and step.call_of(entry) in step.payloads(seen):
             continue
         observed = (
-            describe(seen)
+            step.describe(seen)
             if isinstance(seen, SnapshotView)
             else kit.redact(f"the fresh source's freeze raised {type(seen).__name__}: {seen}")
         )
         kit.fail(
-            expected=f"call {call_of(entry)!r} visible to a fresh source as soon as put returned "
-            f"(attempt {attempt + 1})",
+            expected=f"call {step.call_of(entry)!r} visible to a fresh source as soon as put "
+            f"returned (attempt {attempt + 1})",
             observed=observed,
             hint="put must not return before the record is durable and visible; a background "
             "commit, a group commit or buffering until close() acks too early",
@@ -115,8 +102,8 @@ def exact_round_trip(kit: Kit) -> None:
     sink, source = kit.sink(), kit.source()
     big = kit.entries.hazardous(kit.rollout_id("big"), prompt_len=8192, generation_len=2048)
     rollout = entry_view(big).rollout_id
-    put(kit, sink, big)
-    _expect_round_trip(kit, big, freeze(kit, source, rollout))
+    step.put(kit, sink, big)
+    _expect_round_trip(kit, big, step.freeze(kit, source, rollout))
     plain_calls = st.integers(0, 2**20).map(lambda n: f"gen-{n}")
 
     @_property_settings(20)
@@ -124,10 +111,10 @@ def exact_round_trip(kit: Kit) -> None:
     def round_trip(data: st.DataObject) -> None:
         target = kit.rollout_id("gen")
         entry = kit.entries.build(**data.draw(token_entry_fields(target, plain_calls)))
-        put(kit, sink, entry)
-        _expect_round_trip(kit, entry, freeze(kit, kit.source(), target))
+        step.put(kit, sink, entry)
+        _expect_round_trip(kit, entry, step.freeze(kit, kit.source(), target))
 
-    run_property(kit, round_trip)
+    step.run_property(kit, round_trip)
 
 
 @check("PUT-3", "identical-reput")
@@ -137,24 +124,24 @@ def identical_reput(kit: Kit) -> None:
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
     for endpoint in (sink, sink, kit.sink()):
-        put(kit, endpoint, entry)
-    snapshot = freeze(kit, kit.source(), rollout)
+        step.put(kit, endpoint, entry)
+    snapshot = step.freeze(kit, kit.source(), rollout)
     if len(snapshot.entries) != 1 or snapshot.incomplete:
         kit.fail(
             expected="one entry, incomplete=False after three identical puts",
-            observed=describe(snapshot),
+            observed=step.describe(snapshot),
             hint="compare payloads: an identical re-put is a no-op, not a new entry or a conflict",
         )
-    raises(kit.sink().put, entry)
-    again = freeze(kit, kit.source(), rollout)
-    expect_equal_snapshots(
+    step.raises(kit.sink().put, entry)
+    again = step.freeze(kit, kit.source(), rollout)
+    step.expect_equal_snapshots(
         kit,
         snapshot,
         again,
         hint="after freeze an identical re-put may raise or be a no-op, but it must change "
         "nothing: no new version, no mark",
     )
-    if not drop(kit, kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
+    if not step.drop(kit, kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
         kit.fail(
             expected="the snapshot taken before the identical re-put to drop",
             observed="False",
@@ -172,17 +159,19 @@ def conflicting_reput(kit: Kit) -> None:
     sink = kit.sink()
     for number, (what, first, second) in enumerate(kit.entries.field_variants(kit.rollout_id)):
         rollout = entry_view(first).rollout_id
-        put(kit, sink, first)
-        error = raises((sink if number % 2 == 0 else kit.sink()).put, second)
-        snapshot = freeze(kit, kit.source(), rollout)
+        step.put(kit, sink, first)
+        error = step.raises((sink if number % 2 == 0 else kit.sink()).put, second)
+        snapshot = step.freeze(kit, kit.source(), rollout)
         if error is not None or snapshot.incomplete or not _round_trips(kit, first, second):
             continue
-        kept = payloads(snapshot).get(call_of(first))
-        keeping = "the new payload" if kept == sent([second])[call_of(first)] else "the first"
+        kept = step.payloads(snapshot).get(step.call_of(first))
+        keeping = (
+            "the new payload" if kept == step.sent([second])[step.call_of(first)] else "the first"
+        )
         kit.fail(
             expected=f"a re-put differing only in {what} to raise, or the rollout to freeze "
             "incomplete",
-            observed=f"no error and a clean snapshot keeping {keeping}: {describe(snapshot)}",
+            observed=f"no error and a clean snapshot keeping {keeping}: {step.describe(snapshot)}",
             hint="fail closed: compare the whole payload (every field, floats bit for bit, "
             "extra fields), not only the tokens; a reused model_call_id with another payload "
             "is lost evidence",
@@ -200,8 +189,10 @@ def _round_trips(kit: Kit, *entries: Any) -> bool:
     sink, source = kit.sink(), kit.source()
     for entry in entries:
         alone = kit.entries.build(**_in(entry, kit.rollout_id("alone")))
-        put(kit, sink, alone)
-        if payloads(freeze(kit, source, entry_view(alone).rollout_id)) != sent([alone]):
+        step.put(kit, sink, alone)
+        if step.payloads(step.freeze(kit, source, entry_view(alone).rollout_id)) != step.sent(
+            [alone]
+        ):
             return False
     return True
 
@@ -214,32 +205,34 @@ def rollout_isolation(kit: Kit) -> None:
     rollouts = [f"{base}.a", f"{base}_a", f"{base}-a", f"{base}.A"]
     entries = {rollout: kit.entries.entry(rollout) for rollout in rollouts}
     for entry in entries.values():
-        put(kit, sink, entry)
-    mark(kit, sink, rollouts[0], call_of(entries[rollouts[0]]))
-    frozen = freeze(kit, source, rollouts[1])
+        step.put(kit, sink, entry)
+    step.mark(kit, sink, rollouts[0], step.call_of(entries[rollouts[0]]))
+    frozen = step.freeze(kit, source, rollouts[1])
     for rollout in rollouts:
-        snapshot = frozen if rollout == rollouts[1] else freeze(kit, source, rollout)
-        own = call_of(entries[rollout])
-        if list(payloads(snapshot)) != [own] or snapshot.incomplete != (rollout == rollouts[0]):
+        snapshot = frozen if rollout == rollouts[1] else step.freeze(kit, source, rollout)
+        own = step.call_of(entries[rollout])
+        if list(step.payloads(snapshot)) != [own] or snapshot.incomplete != (
+            rollout == rollouts[0]
+        ):
             kit.fail(
                 expected=f"{rollout!r} to hold only its own entry, "
                 f"incomplete={rollout == rollouts[0]}",
-                observed=describe(snapshot),
+                observed=step.describe(snapshot),
                 hint="key storage by the exact rollout id: no case folding or normalizing",
             )
-    put(kit, sink, kit.entries.entry(f"{base}-A"))
+    step.put(kit, sink, kit.entries.entry(f"{base}-A"))
     neighbour = kit.entries.entry(f"{base}_A")
-    put(kit, sink, neighbour)
-    mark(kit, sink, f"{base}_A", call_of(neighbour))
-    again = freeze(kit, kit.source(), rollouts[1])
-    expect_equal_snapshots(
+    step.put(kit, sink, neighbour)
+    step.mark(kit, sink, f"{base}_A", step.call_of(neighbour))
+    again = step.freeze(kit, kit.source(), rollouts[1])
+    step.expect_equal_snapshots(
         kit,
         frozen,
         again,
         hint="writes to other rollouts must not move this rollout's version or snapshot_id; "
         "keep one version counter per rollout",
     )
-    if not drop(kit, source, rollouts[1], frozen.snapshot_id, frozen.version):
+    if not step.drop(kit, source, rollouts[1], frozen.snapshot_id, frozen.version):
         kit.fail(
             expected=f"{rollouts[1]!r} to drop with its snapshot after writes to its neighbours",
             observed="False",
@@ -281,20 +274,20 @@ def related_rollout_ids(kit: Kit) -> None:
     ids = related_ids(kit.rollout_id("Rel"))
     entries = {rollout: kit.entries.entry(rollout, "call-1") for rollout in ids}
     for rollout in ids:
-        put(kit, sink, entries[rollout])
+        step.put(kit, sink, entries[rollout])
     marked = ids[1::3]
     for rollout in marked:
-        mark(kit, kit.sink(), rollout, "call-1")
+        step.mark(kit, kit.sink(), rollout, "call-1")
     source = kit.source()
     for rollout in ids:
-        snapshot = freeze(kit, source, rollout)
-        if payloads(snapshot) != sent([entries[rollout]]) or snapshot.incomplete != (
+        snapshot = step.freeze(kit, source, rollout)
+        if step.payloads(snapshot) != step.sent([entries[rollout]]) or snapshot.incomplete != (
             rollout in marked
         ):
             kit.fail(
                 expected=f"{rollout!r} ({len(rollout)} characters) to hold only its own entry, "
                 f"incomplete={rollout in marked}",
-                observed=describe(snapshot),
+                observed=step.describe(snapshot),
                 hint="key storage by the exact, whole rollout id: a prefix match, a pattern "
                 "listing ('r*' also finds 'r1') or a cut at some length merges rollouts",
             )
@@ -310,14 +303,14 @@ def any_call_id(kit: Kit) -> None:
         for call in (*ODD_CALL_IDS, *LOOKALIKE_CALL_IDS)
     ]
     for entry in entries:
-        put(kit, sink, entry)
-    snapshot = freeze(kit, kit.source(), rollout)
+        step.put(kit, sink, entry)
+    snapshot = step.freeze(kit, kit.source(), rollout)
     for entry in entries:
         _expect_round_trip(kit, entry, snapshot)
     if len(snapshot.entries) != len(entries):
         kit.fail(
             expected=f"{len(entries)} entries, one per call id",
-            observed=describe(snapshot),
+            observed=step.describe(snapshot),
             hint="never split or normalize call ids",
         )
 
@@ -326,7 +319,82 @@ def any_call_id(kit: Kit) -> None:
     def round_trip(call_id: str) -> None:
         target = kit.rollout_id("gen")
         entry = kit.entries.entry(target, call_id, prompt_len=2, generation_len=1)
-        put(kit, sink, entry)
-        _expect_round_trip(kit, entry, freeze(kit, kit.source(), target))
+        step.put(kit, sink, entry)
+        _expect_round_trip(kit, entry, step.freeze(kit, kit.source(), target))
 
-    run_property(kit, round_trip)
+    step.run_property(kit, round_trip)
+
+
+_BASIC_ATTEMPTS = 8
+"""Puts each frozen elsewhere at once, alternately by a source built before and after it,
+some of them large: a commit left behind the ack loses one of these races, run after run."""
+
+
+@basic("PUT-1", "visible-on-return")
+def basic_visible_on_return(kit: Kit) -> None:
+    """PUT-1 and FREEZE-1: a plain put is visible to a fresh source at once; snapshots read."""
+    sink = kit.sink()
+    for attempt in range(_BASIC_ATTEMPTS):
+        rollout = kit.rollout_id("basic")
+        size = 4096 if attempt % 4 == 3 else None
+        entry = kit.entries.entry(rollout, prompt_len=size, generation_len=size)
+        seen = step.visible_after(kit, sink, entry, built_before=attempt % 2 == 1)
+        if isinstance(seen, Unreadable):
+            raise seen
+        step.expect(
+            kit,
+            isinstance(seen, SnapshotView) and bool(seen.entries),
+            "a plain entry visible to a fresh source as soon as put returned",
+            step.describe(seen)
+            if isinstance(seen, SnapshotView)
+            else kit.redact(f"the fresh source's freeze raised {type(seen).__name__}: {seen}"),
+            "ack a put only once the write is durable and visible",
+        )
+
+
+@basic(None, "isolation")
+def basic_isolation(kit: Kit) -> None:
+    """PUT-5 and PUT-6: look-alike rollouts stay apart; odd ASCII call ids come back exactly."""
+    sink, source = kit.sink(), kit.source()
+    base = kit.rollout_id("Iso")
+    ids = [f"{base}.a", f"{base}_a", f"{base}.A"]
+    entries = [kit.entries.entry(rollout) for rollout in ids]
+    for entry in entries:
+        step.put(kit, sink, entry, clause="PUT-5")
+    first = step.freeze(kit, source, ids[0], clause="PUT-5")
+    step.put(kit, sink, kit.entries.entry(f"{base}-a"), clause="PUT-5")
+    for rollout, entry in zip(ids, entries, strict=True):
+        view = step.freeze(kit, source, rollout, clause="PUT-5")
+        step.expect(
+            kit,
+            view.payloads() == step.sent([entry]),
+            f"{rollout!r} to hold only its own entry",
+            step.describe(view),
+            "key storage by the exact rollout id",
+            clause="PUT-5",
+        )
+    step.expect(
+        kit,
+        step.state(step.freeze(kit, source, ids[0], clause="PUT-5")) == step.state(first),
+        "writes to other rollouts to leave this one's snapshot as it was",
+        step.describe(first),
+        "keep one version per rollout",
+        clause="PUT-5",
+    )
+    rollout = kit.rollout_id("calls")
+    odd = [
+        kit.entries.entry(rollout, call, prompt_len=4, generation_len=2)
+        for call in (*ODD_CALL_IDS, "a/b", "a_b", "A/B")
+        if call.isascii()
+    ]
+    for entry in odd:
+        step.put(kit, sink, entry, clause="PUT-6")
+    view = step.freeze(kit, source, rollout, clause="PUT-6")
+    step.expect(
+        kit,
+        view.payloads() == step.sent(odd),
+        "odd call ids to come back exactly",
+        step.describe(view),
+        "never split, cut or normalize call ids",
+        clause="PUT-6",
+    )

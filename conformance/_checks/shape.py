@@ -5,29 +5,17 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from conformance._basics import construct
-from conformance._checks._operations import (
-    call_of,
-    describe,
-    expect_bool,
-    expect_drop_shape,
-    freeze,
-    mark,
-    put,
-    raises,
-    reread,
-    state,
-)
-from conformance._kit import Kit
+from conformance import _steps as step
+from conformance._kit import Endpoint, Kit
 from conformance._reading import Unreadable, read_snapshot
-from conformance._registry import check
+from conformance._registry import basic, check
 from tokcap_spec.protocols import TokenSink, TokenSource, protocol_methods, protocol_problems
 
 
 def _expect_protocol(
     kit: Kit, target: str, kwargs: dict[str, Any], protocol: type, role: str
 ) -> None:
-    built = construct(kit, target, kwargs)
+    built = step.construct(kit, target, kwargs)
     try:
         methods = protocol_methods(protocol)
         problems = protocol_problems(built, protocol)
@@ -60,7 +48,7 @@ def source_protocol(kit: Kit) -> None:
 def snapshot_attributes(kit: Kit) -> None:
     """A snapshot exposes rollout_id, entries, incomplete, snapshot_id and version."""
     rollout = kit.rollout_id()
-    put(kit, kit.sink(), kit.entries.entry(rollout))
+    step.put(kit, kit.sink(), kit.entries.entry(rollout))
     try:
         read_snapshot(kit.run(kit.source().raw.freeze(rollout)))
     except Unreadable as problem:
@@ -77,7 +65,7 @@ def snapshot_attributes(kit: Kit) -> None:
 def drop_keywords(kit: Kit) -> None:
     """Drop accepts snapshot_id and version as keyword arguments and answers a bool."""
     source = kit.source()
-    expect_drop_shape(source)
+    step.expect_drop_shape(source)
     try:
         answer = source.drop(kit.rollout_id("unknown"), snapshot_id="none", version=0)
     except TypeError as error:
@@ -88,7 +76,7 @@ def drop_keywords(kit: Kit) -> None:
         )
     except Exception:
         return  # Refusing an unknown rollout by raising is DROP-2's to judge.
-    expect_bool(answer)
+    step.expect_bool(answer)
 
 
 @check("SHAPE-3", "caller-mutation")
@@ -96,9 +84,9 @@ def caller_mutation(kit: Kit) -> None:
     """Mutating a returned snapshot's entries never changes what a later freeze returns."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
-    put(kit, sink, kit.entries.entry(rollout))
-    first = freeze(kit, source, rollout)
-    expected = state(first)
+    step.put(kit, sink, kit.entries.entry(rollout))
+    first = step.freeze(kit, source, rollout)
+    expected = step.state(first)
     entries = first.raw.entries
     for entry in entries:
         for name in ("prompt_token_ids", "generation_token_ids", "generation_log_probs"):
@@ -115,11 +103,12 @@ def caller_mutation(kit: Kit) -> None:
     if isinstance(entries, list):
         entries.clear()
     for label, endpoint in (("the same source", source), ("a fresh source", kit.source())):
-        again = freeze(kit, endpoint, rollout)
-        if state(again) != expected:
+        again = step.freeze(kit, endpoint, rollout)
+        if step.state(again) != expected:
             kit.fail(
                 expected=f"freeze from {label} to ignore the caller's edits",
-                observed=f"after editing the returned snapshot, freeze returned {describe(again)}",
+                observed="after editing the returned snapshot, freeze returned "
+                + step.describe(again),
                 hint="hand out copies: never share stored lists or entries with a snapshot",
             )
 
@@ -130,21 +119,49 @@ def later_writes(kit: Kit) -> None:
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
-    put(kit, sink, entry)
-    first = freeze(kit, source, rollout)
-    expected = state(first)
-    mark(kit, sink, rollout, call_of(entry))
-    raises(sink.put, kit.entries.entry(rollout))
+    step.put(kit, sink, entry)
+    first = step.freeze(kit, source, rollout)
+    expected = step.state(first)
+    step.mark(kit, sink, rollout, step.call_of(entry))
+    step.raises(sink.put, kit.entries.entry(rollout))
     for when in ("after later writes", "after freezing again", "after a fresh source froze"):
         if when == "after freezing again":
-            freeze(kit, source, rollout)
+            step.freeze(kit, source, rollout)
         elif when == "after a fresh source froze":
-            freeze(kit, kit.source(), rollout)
-        now = reread(first)
-        if state(now) != expected:
+            step.freeze(kit, kit.source(), rollout)
+        now = step.reread(first)
+        if step.state(now) != expected:
             kit.fail(
                 expected=f"the returned snapshot to stay as it was {when}",
-                observed=f"it now reads {describe(now)}",
+                observed=f"it now reads {step.describe(now)}",
                 hint="build each snapshot from copies, never from lists the store keeps and "
                 "extends at the next freeze; make it a frozen TokenCaptureSnapshot",
             )
+
+
+@basic("SHAPE-1", "shapes")
+def basic_shapes(kit: Kit) -> None:
+    """SHAPE-1 and SHAPE-2: the protocol methods are coroutine functions; drop takes keywords."""
+    settings = kit.settings
+    for target, kwargs, protocol in (
+        (settings.sink, settings.sink_kwargs, TokenSink),
+        (settings.source, settings.source_kwargs, TokenSource),
+    ):
+        try:
+            built = step.construct(kit, target, dict(kwargs))
+        except Exception:
+            return  # Construction is BUILD-1's to judge, next.
+        try:
+            problems = protocol_problems(built, protocol)
+            if problems:
+                kit.fail(
+                    expected=f"a {protocol.__name__} with async methods",
+                    observed="; ".join(problems),
+                    hint="declare the protocol methods with 'async def'",
+                )
+            if protocol is TokenSource:
+                step.expect_drop_shape(Endpoint(kit, built, "source"))
+        finally:
+            closing = getattr(built, "close", None)
+            if callable(closing) and inspect.iscoroutinefunction(closing):
+                kit.run(closing())

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance._checks._operations import describe, freeze, payloads, sent
+from conformance import _steps as step
 from conformance._kit import Kit
 from conformance._reading import entry_view
-from conformance._registry import check
+from conformance._registry import basic, check
 from conformance._violation import NotClaimed
 from conformance._workers import Operation, WorkerOutcome, WorkerPlan, run_workers
 
@@ -81,14 +81,14 @@ def acks_visible_to_parent(kit: Kit) -> None:
     batches = [[kit.entries.entry(rollout) for _ in range(3)] for rollout in rollouts]
     _expect_all_ok(kit, run_workers([_plan(kit, batch) for batch in batches]), "")
     source = kit.source()
-    snapshots = [freeze(kit, source, rollout) for rollout in rollouts]
-    expected = sent(entry for batch in batches for entry in batch)
-    seen = {call: payload for view in snapshots for call, payload in payloads(view).items()}
+    snapshots = [step.freeze(kit, source, rollout) for rollout in rollouts]
+    expected = step.sent(entry for batch in batches for entry in batch)
+    seen = {call: payload for view in snapshots for call, payload in step.payloads(view).items()}
     missing = sorted(set(expected) - set(seen))
     if missing:
         kit.fail(
             expected=f"all {len(expected)} entries acked by spawned workers",
-            observed=f"{len(missing)} missing: " + "; ".join(map(describe, snapshots)),
+            observed=f"{len(missing)} missing: " + "; ".join(map(step.describe, snapshots)),
             hint="records kept in process memory are invisible to other processes; store them "
             "where every process reads (or declare --tokcap-capability=process-local)",
         )
@@ -99,3 +99,71 @@ def acks_visible_to_parent(kit: Kit) -> None:
             observed=f"{len(torn)} entries differ, first call id {torn[0]!r}",
             hint="store each entry whole: a torn or interleaved write changes its fields",
         )
+
+
+@basic(None, "spawned")
+def basic_spawned(kit: Kit) -> None:
+    """SPAWN-1, SPAWN-2, SPAWN-3, MASK-1: workers build, together too, and are seen here."""
+    if kit.claims("process-local"):
+        return
+    settings = kit.settings
+    rollout = kit.rollout_id("spawned")
+    marked = kit.rollout_id("spawned-mark")
+    entry = kit.entries.entry(rollout)
+    masked = kit.entries.entry(marked)
+    plan = WorkerPlan(
+        settings.sink,
+        dict(settings.sink_kwargs),
+        (
+            Operation("put", entry_view(entry).payload),
+            Operation("put", entry_view(masked).payload),
+            Operation("mark", rollout_id=marked, model_call_id=step.call_of(masked)),
+        ),
+        entry_class=settings.entry_class,
+    )
+    (outcome,) = run_workers([plan], together=False)
+    step.expect(
+        kit,
+        outcome.stage == "ok",
+        "a sink built in a spawned worker to ack a put",
+        kit.redact(f"{outcome.stage}: {outcome.error}"),
+        "build from the target string and kwargs alone",
+        clause="SPAWN-1",
+    )
+    pair = run_workers(
+        [
+            WorkerPlan(
+                settings.sink,
+                dict(settings.sink_kwargs),
+                (Operation("put", entry_view(kit.entries.entry(kit.rollout_id("pair"))).payload),),
+                entry_class=settings.entry_class,
+            )
+            for _ in range(4)
+        ],
+        together=True,
+    )
+    step.expect(
+        kit,
+        all(o.stage == "ok" for o in pair),
+        "four workers constructing at the same moment to succeed",
+        kit.redact("; ".join(f"{o.stage}: {o.error}" for o in pair)),
+        "construction must not race on first-run setup",
+        clause="SPAWN-2",
+    )
+    view = step.freeze(kit, kit.source(), rollout, clause="SPAWN-3")
+    step.expect(
+        kit,
+        view.payloads() == step.sent([entry]),
+        "the worker's acked entry visible here",
+        step.describe(view),
+        "store records where every process reads them",
+        clause="SPAWN-3",
+    )
+    step.expect(
+        kit,
+        step.freeze(kit, kit.source(), marked, clause="MASK-1").incomplete,
+        "the worker's mark visible here",
+        "incomplete=False",
+        "keep marks where every process reads them",
+        clause="MASK-1",
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import conformance
-from conformance._checks._operations import freeze, put
+from conformance import _steps as step
 from conformance._kit import Kit
 from conformance._registry import Check, all_checks
 from conformance._runner import run_check
@@ -123,9 +123,9 @@ class TestKitClause:
             with pytest.raises(TypeError, match="judges no single clause"):
                 kit.fail(expected="e", observed="o", hint="h")
             with pytest.raises(TypeError, match="judges no single clause"):
-                put(kit, object(), object())  # type: ignore[arg-type]
+                step.put(kit, object(), object())  # type: ignore[arg-type]
             with pytest.raises(TypeError, match="judges no single clause"):
-                freeze(kit, object(), "r")  # type: ignore[arg-type]
+                step.freeze(kit, object(), "r")  # type: ignore[arg-type]
             with pytest.raises(ClauseViolation) as named:
                 kit.fail(expected="e", observed="o", hint="h", clause="MASK-2")
         finally:

@@ -133,9 +133,18 @@ class TestHeaderAndSettings:
             [
                 "tokcap * (spec *): judging sink "
                 "reference.memory_store:MemoryTokenStore [[]tokcap *[]]",
-                "tokcap: fence=strict capabilities=process-local seed=1729 *",
+                "tokcap: fence=strict capabilities=process-local seed=* *",
             ]
         )
+
+    def test_a_run_without_a_seed_draws_its_own(self, pytester: pytest.Pytester) -> None:
+        """Two runs that name no seed explore two seeds, each printed for replay."""
+        seeds = set()
+        for _ in range(2):
+            result = run(pytester, MEMORY, LOCAL, "--collect-only")
+            header = next(line for line in result.outlines if line.startswith("tokcap: fence="))
+            seeds.add(header.split("seed=", 1)[1].split()[0])
+        assert len(seeds) == 2
 
     def test_environment_and_ini_spellings(
         self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch

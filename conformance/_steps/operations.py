@@ -28,6 +28,7 @@ __all__ = [
     "call_of",
     "describe",
     "drop",
+    "expect",
     "expect_bool",
     "expect_drop_shape",
     "expect_equal_snapshots",
@@ -160,6 +161,15 @@ def _copy(value: T) -> T:
     if type(value) is int:
         return cast(T, int(str(value)))
     return value
+
+
+def expect(
+    kit: Kit, holds: bool, expected: str, observed: str, hint: str, *, clause: str | None = None
+) -> None:
+    """Fail ``clause`` (by default the check's own) unless ``holds``."""
+    __tracebackhide__ = True
+    if not holds:
+        kit.fail(expected=expected, observed=observed, hint=hint, clause=clause)
 
 
 def expect_bool(answer: object) -> None:

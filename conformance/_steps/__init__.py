@@ -1,0 +1,49 @@
+"""The steps checks and basics share, each on behalf of the clause it serves.
+
+Import it qualified (``from conformance import _steps as step``), so that a reader of a check
+sees which lines are the contract's operations: ``step.put(kit, sink, entry)``.
+"""
+
+from conformance._steps.elsewhere import construct, freeze_elsewhere, visible_after
+from conformance._steps.operations import (
+    call_of,
+    describe,
+    drop,
+    expect,
+    expect_bool,
+    expect_drop_shape,
+    expect_equal_snapshots,
+    freeze,
+    mark,
+    payloads,
+    put,
+    raises,
+    reread,
+    run_property,
+    sent,
+    state,
+    unreadable,
+)
+
+__all__ = [
+    "call_of",
+    "construct",
+    "describe",
+    "drop",
+    "expect",
+    "expect_bool",
+    "expect_drop_shape",
+    "expect_equal_snapshots",
+    "freeze",
+    "freeze_elsewhere",
+    "mark",
+    "payloads",
+    "put",
+    "raises",
+    "reread",
+    "run_property",
+    "sent",
+    "state",
+    "unreadable",
+    "visible_after",
+]
