@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import NoReturn
 
+from conformance.catalog import CLAUSES_DOC
+from conformance.catalog import clause as catalog_clause
+
 __all__ = [
     "CLAUSES_DOC",
     "READ_COMMAND",
@@ -14,10 +17,6 @@ __all__ = [
     "clause_anchor",
     "fail",
 ]
-
-CLAUSES_DOC = "docs/clauses.md"
-"""Where a source checkout explains every clause; the installed kit prints the same text with
-``python -m conformance.clauses <ID>``."""
 
 READ_COMMAND = "python -m conformance.clauses"
 
@@ -54,9 +53,6 @@ class ClauseViolation(AssertionError):
 
 def _promise(clause: str) -> str:
     """The message's ``promise:`` line, or nothing for an id the catalog does not hold."""
-    # Imported here: the catalog imports this module for CLAUSES_DOC.
-    from conformance.catalog import clause as catalog_clause
-
     try:
         found = catalog_clause(clause)
     except KeyError:

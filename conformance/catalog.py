@@ -14,9 +14,8 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from conformance._violation import CLAUSES_DOC
-
 __all__ = [
+    "CLAUSES_DOC",
     "CLAUSES",
     "FAMILY_TITLES",
     "KIT",
@@ -26,6 +25,10 @@ __all__ = [
     "family_of",
     "position",
 ]
+
+CLAUSES_DOC = "docs/clauses.md"
+"""Where a source checkout explains every clause; the installed kit prints the same text with
+``python -m conformance.clauses <ID>``."""
 
 KIT = "kit"
 """The ``checked_by`` value of clauses the kit checks against the implementation under test."""

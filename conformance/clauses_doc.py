@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from conformance._registry import Check, all_checks
-from conformance._violation import CLAUSES_DOC, ClauseViolation
-from conformance.catalog import CLAUSES, FAMILY_TITLES, KIT, Clause
+from conformance._violation import ClauseViolation
+from conformance.catalog import CLAUSES, CLAUSES_DOC, FAMILY_TITLES, KIT, Clause
 
 __all__ = ["clause_section", "main", "render"]
 

@@ -41,3 +41,32 @@ def test_a_package_imports_only_the_layers_below(package: str) -> None:
         if _imported(path) - ALLOWED[package]
     }
     assert strays == {}
+
+
+def _modules_imported(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_checks_never_reach_back_up_to_the_basics_or_the_runner() -> None:
+    """A family module imports the steps, not the machinery that decides failed or blocked."""
+    above = {"conformance._basics", "conformance._runner", "conformance._outcomes"}
+    strays = {
+        path.name: sorted(_modules_imported(path) & above)
+        for path in sorted((ROOT / "conformance" / "_checks").glob("*.py"))
+        if _modules_imported(path) & above
+    }
+    assert strays == {}
+
+
+def test_the_catalog_imports_nothing_of_the_kit() -> None:
+    """The clause catalog stands alone, so every module may read it without a cycle."""
+    imported = _modules_imported(ROOT / "conformance" / "catalog.py")
+    assert not {name for name in imported if name.startswith("conformance")}

@@ -6,6 +6,8 @@ from conformance import _steps as step
 from conformance._kit import Kit
 from conformance._registry import basic, check
 
+_DURABLE_BEFORE_CLOSE = "every ack must already be durable when close runs"
+
 
 @check("CLOSE-1", "idempotent")
 def idempotent(kit: Kit) -> None:
@@ -43,7 +45,7 @@ def loses_nothing(kit: Kit) -> None:
         kit.fail(
             expected=f"all {len(entries)} entries and the mark after close",
             observed=step.describe(snapshot),
-            hint="every ack must already be durable when close runs",
+            hint=_DURABLE_BEFORE_CLOSE,
         )
 
 
@@ -62,5 +64,5 @@ def basic_closing(kit: Kit) -> None:
         after.incomplete and after.payloads() == step.sent([entry]),
         "the entry and the mark acked before close to be there after it",
         step.describe(after),
-        "every ack must already be durable when close runs",
+        _DURABLE_BEFORE_CLOSE,
     )

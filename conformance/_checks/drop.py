@@ -8,6 +8,12 @@ from conformance._reading import SnapshotView, read_snapshot
 from conformance._registry import basic, check
 from conformance._violation import fail
 
+_EXACT_ONLY = "retire only when both snapshot_id and version equal the current frozen state"
+_COMPARE_STORED = "compare the stored frozen snapshot_id and version, from any instance"
+_REFUSAL_KEEPS = "a refused drop must not delete, unfreeze or re-version anything"
+_DELETE_OR_DECLARE = "delete on drop, or declare --tokcap-capability=no-delete"
+_KEPT_AFTER_DROP = "the records to still freeze after drop (no-delete declared)"
+
 
 def _frozen(kit: Kit, entries: int = 2) -> tuple[Endpoint, str, SnapshotView]:
     sink, source = kit.sink(), kit.source()
@@ -24,7 +30,7 @@ def _expect_refused(
     snapshot_id: str,
     version: int,
     why: str,
-    hint: str = "retire only when both snapshot_id and version equal the current frozen state",
+    hint: str = _EXACT_ONLY,
 ) -> None:
     if step.drop(kit, source, rollout, snapshot_id, version):
         kit.fail(expected=f"drop to return False for {why}", observed="True", hint=hint)
@@ -38,7 +44,7 @@ def exact_snapshot(kit: Kit) -> None:
         kit.fail(
             expected="True for the exact current snapshot",
             observed=f"False for {step.describe(snapshot)}",
-            hint="compare the stored frozen snapshot_id and version, from any instance",
+            hint=_COMPARE_STORED,
         )
 
 
@@ -97,7 +103,7 @@ def unseen_state(kit: Kit) -> None:
             "DROP-1",
             expected="the pair the latest freeze returned to drop",
             observed=f"False for {step.describe(current)}",
-            hint="compare the stored frozen snapshot_id and version, from any instance",
+            hint=_COMPARE_STORED,
         )
 
 
@@ -169,14 +175,14 @@ def refusal_destroys_nothing(kit: Kit) -> None:
                 expected=f"drop to return False for ({snapshot_id!r}, {version}) "
                 f"(current {snapshot.snapshot_id!r}, {snapshot.version})",
                 observed="True",
-                hint="retire only when both snapshot_id and version equal the current frozen state",
+                hint=_EXACT_ONLY,
             )
     again = step.freeze(kit, kit.source(), rollout)
     step.expect_equal_snapshots(
         kit,
         snapshot,
         again,
-        hint="a refused drop must not delete, unfreeze or re-version anything",
+        hint=_REFUSAL_KEEPS,
     )
     if not step.drop(kit, source, rollout, snapshot.snapshot_id, snapshot.version):
         kit.fail(
@@ -246,7 +252,7 @@ def delete_semantics(kit: Kit) -> None:
     if kit.claims("no-delete"):
         if not kept:
             kit.fail(
-                expected="the records to still freeze after drop (no-delete declared)",
+                expected=_KEPT_AFTER_DROP,
                 observed="they were gone",
                 hint="a transport that cannot delete keeps the records readable",
             )
@@ -255,7 +261,7 @@ def delete_semantics(kit: Kit) -> None:
         kit.fail(
             expected="the dropped records to be gone",
             observed=f"freeze after drop returned {step.describe(after)}",
-            hint="delete on drop, or declare --tokcap-capability=no-delete",
+            hint=_DELETE_OR_DECLARE,
         )
 
 
@@ -272,7 +278,7 @@ def basic_retire(kit: Kit) -> None:
         step.drop(kit, kit.source(), exact, first.snapshot_id, first.version, clause="DROP-1"),
         "drop of the exact current snapshot to return True",
         f"False for {step.describe(first)}",
-        "compare the stored frozen snapshot_id and version, from any instance",
+        _COMPARE_STORED,
         clause="DROP-1",
     )
     step.expect(
@@ -292,11 +298,9 @@ def basic_retire(kit: Kit) -> None:
         step.expect(
             kit,
             remains == kit.claims("no-delete"),
-            "the records to still freeze after drop (no-delete declared)"
-            if kit.claims("no-delete")
-            else "the records to be gone after drop",
+            _KEPT_AFTER_DROP if kit.claims("no-delete") else "the records to be gone after drop",
             step.describe(gone),
-            "delete on drop, or declare --tokcap-capability=no-delete",
+            _DELETE_OR_DECLARE,
             clause="DROP-5",
         )
     kept = step.freeze(kit, source, other, clause="FREEZE-1")
@@ -314,7 +318,7 @@ def basic_retire(kit: Kit) -> None:
         step.state(step.freeze(kit, kit.source(), other, clause="DROP-3")) == step.state(kept),
         "a refused drop to destroy nothing",
         step.describe(kept),
-        "a refused drop must not delete, unfreeze or re-version anything",
+        _REFUSAL_KEEPS,
         clause="DROP-3",
     )
     late = kit.rollout_id("late")

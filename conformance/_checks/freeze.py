@@ -6,6 +6,8 @@ from conformance import _steps as step
 from conformance._kit import Kit
 from conformance._registry import basic, check
 
+_EMPTY_AND_CLEAN = "an unknown rollout is empty and clean, not an error"
+
 
 @check("FREEZE-1", "snapshot-identity")
 def snapshot_identity(kit: Kit) -> None:
@@ -63,7 +65,7 @@ def never_written(kit: Kit) -> None:
         kit.fail(
             expected="no entries and incomplete=False",
             observed=step.describe(snapshot),
-            hint="an unknown rollout is empty and clean, not an error",
+            hint=_EMPTY_AND_CLEAN,
         )
 
 
@@ -109,7 +111,7 @@ def basic_one_rollout(kit: Kit) -> None:
         not empty.entries and not empty.incomplete,
         "a rollout never written to freeze empty and clean",
         step.describe(empty),
-        "an unknown rollout is empty and clean, not an error",
+        _EMPTY_AND_CLEAN,
         clause="FREEZE-4",
     )
     again = kit.rollout_id("reput")

@@ -10,6 +10,10 @@ from conformance._registry import basic, check
 from conformance._violation import ClauseViolation, NotClaimed, fail
 from conformance._workers import Operation, WorkerPlan, run_workers
 
+_STICKY_ON_PUT = "never clear the incomplete flag on a put"
+_MASKED_RETIRES = "a masked rollout is retired like any other"
+_ANY_CALL_ID = "accept any call id string, empty included"
+
 
 def _expect_incomplete(kit: Kit, rollout: str, why: str, hint: str) -> None:
     snapshot = step.freeze(kit, kit.source(), rollout)
@@ -73,7 +77,7 @@ def sticky(kit: Kit) -> None:
     step.mark(kit, sink, rollout, step.call_of(entry))
     step.put(kit, sink, kit.entries.entry(rollout))
     step.put(kit, sink, entry)
-    _expect_incomplete(kit, rollout, "after later puts", "never clear the incomplete flag on a put")
+    _expect_incomplete(kit, rollout, "after later puts", _STICKY_ON_PUT)
     step.mark(kit, sink, rollout, step.call_of(entry))
     step.raises(sink.put, entry)
     _expect_incomplete(
@@ -148,7 +152,7 @@ def keeps_evidence(kit: Kit) -> None:
         kit.fail(
             expected="the masked snapshot to drop with its exact id and version",
             observed="False",
-            hint="a masked rollout is retired like any other",
+            hint=_MASKED_RETIRES,
         )
 
 
@@ -199,7 +203,7 @@ def any_call_id(kit: Kit) -> None:
             kit,
             rollout,
             f"after mark_incomplete with {call[:30]!r}",
-            "accept any call id string, empty included",
+            _ANY_CALL_ID,
         )
     for call in ("", "never-put", "call-1 "):
         # A failed model call has no entry: its mark must mask a rollout that has others.
@@ -210,7 +214,7 @@ def any_call_id(kit: Kit) -> None:
             kit,
             rollout,
             f"after mark_incomplete with {call[:30]!r}",
-            "accept any call id string, empty included",
+            _ANY_CALL_ID,
         )
 
 
@@ -282,7 +286,7 @@ def basic_masking(kit: Kit) -> None:
         step.drop(kit, source, rollout, again.snapshot_id, again.version, clause="MASK-5"),
         "a masked snapshot to drop with its exact id and version",
         "False",
-        "a masked rollout is retired like any other",
+        _MASKED_RETIRES,
         clause="MASK-5",
     )
     later = kit.rollout_id("mask-late")
@@ -296,6 +300,6 @@ def basic_masking(kit: Kit) -> None:
         before.incomplete,
         "a put after a mark to leave it incomplete",
         step.describe(before),
-        "never clear the incomplete flag on a put",
+        _STICKY_ON_PUT,
         clause="MASK-2",
     )
