@@ -1,0 +1,134 @@
+"""Measure the kit on a batch of stores written from the docs alone: how many it kills, on clause.
+
+    python tools/blind_round.py MANIFEST [--jobs 2] [--seeds 1] [--redis-url URL] [--only NAME]
+
+A blind batch lives outside the repository: a folder holding importable modules and a
+``manifest.json`` listing each store as ``{"target": "pkg.module:Class", "kwargs": {...},
+"clause": "PUT-4" or null, "capabilities": [...], "fence": "any" | "strict", "bug": "..."}``.
+A store with a clause is a mutant that breaks it; one with null is a correct store the kit must
+pass. Each store gets full kit runs under the ci profile (no ``-p zoo_fast``), each on a seed
+drawn for it and printed, exactly as a framework author's CI would run it. A mutant is
+*killed* when a run fails, and *killed on its clause* when its declared clause is among the
+failed ones; a correct store is *flagged* when any clause fails or is blocked. ``{redis_url}``
+in kwargs is replaced by ``--redis-url``.
+
+Prints a markdown table and the rates; exits 1 when a correct store is flagged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT / "tests" / "mutants"))
+
+from zoo import JudgedStore, KitRun, run_kit  # noqa: E402
+
+
+@dataclass(frozen=True)
+class BlindStore:
+    """One entry of a blind manifest."""
+
+    name: str
+    target: str
+    kwargs: str
+    clause: str | None
+    flags: tuple[str, ...]
+    bug: str
+
+
+def load(manifest: Path, redis_url: str | None) -> list[BlindStore]:
+    """Read the manifest; refuse a store that needs a Redis URL none was given for."""
+    stores = []
+    for item in json.loads(manifest.read_text(encoding="utf-8")):
+        kwargs = json.dumps(item.get("kwargs", {}))
+        if "{redis_url}" in kwargs:
+            if redis_url is None:
+                raise SystemExit(f"{item['target']} needs --redis-url")
+            kwargs = kwargs.replace("{redis_url}", redis_url)
+        flags = [f"--tokcap-capability={name}" for name in item.get("capabilities", [])]
+        if item.get("fence", "any") == "strict":
+            flags.append("--tokcap-fence=strict")
+        name = item["target"].rsplit(":", 1)[1]
+        stores.append(
+            BlindStore(name, item["target"], kwargs, item.get("clause"), tuple(flags), item["bug"])
+        )
+    return stores
+
+
+class AsShipped(JudgedStore):
+    """A target judged exactly as a user's run judges it: no quality-run plugin."""
+
+    def arguments(self, report: str) -> list[str]:
+        arguments = super().arguments(report)
+        at = arguments.index("zoo_fast")
+        return arguments[: at - 1] + arguments[at + 1 :]
+
+
+def judge(store: BlindStore, seed: int) -> KitRun:
+    """Run the whole kit, ci profile, on ``store`` with ``seed``."""
+    target = AsShipped(store.name, store.target, store.flags, store.kwargs)
+    arguments = ["--tokcap-profile=ci", f"--tokcap-seed={seed}"]
+    return run_kit(target, arguments)
+
+
+def verdict(store: BlindStore, run: KitRun) -> str:
+    """``killed on clause``, ``killed elsewhere``, ``survived``; ``passed`` or ``flagged``."""
+    if store.clause is None:
+        return "passed" if not run.failed and not run.blocked and not run.problem else "flagged"
+    if run.problem:
+        return f"no verdict ({run.problem})"
+    if store.clause in run.failed:
+        return "killed on clause"
+    return "killed elsewhere" if run.failed else "survived"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("manifest", type=Path)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--seeds", type=int, default=1, help="kit runs per store, new seed each")
+    parser.add_argument("--redis-url")
+    parser.add_argument("--only", nargs="*", default=[])
+    options = parser.parse_args()
+    folder = str(options.manifest.resolve().parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))
+    stores = [
+        store
+        for store in load(options.manifest, options.redis_url)
+        if not options.only or store.name in options.only
+    ]
+    draw = random.Random()
+    jobs = [(store, draw.randrange(2**31)) for store in stores for _ in range(options.seeds)]
+    with ThreadPoolExecutor(options.jobs) as pool:
+        runs = list(pool.map(lambda job: (job[0], job[1], judge(*job)), jobs))
+    print("| store | clause | seed | verdict | failed | blocked | s |")
+    print("| --- | --- | ---: | --- | --- | --- | ---: |")
+    for store, seed, run in runs:
+        print(
+            f"| {store.name} | {store.clause or 'correct'} | {seed} | {verdict(store, run)} | "
+            f"{', '.join(run.failed)} | {', '.join(run.blocked)} | {run.seconds:.0f} |"
+        )
+    mutant_runs = [(store, run) for store, _, run in runs if store.clause is not None]
+    killed = sum(bool(run.failed) for _, run in mutant_runs)
+    on_clause = sum(verdict(store, run) == "killed on clause" for store, run in mutant_runs)
+    flagged = [store.name for store, _, run in runs if verdict(store, run) == "flagged"]
+    total = max(1, len(mutant_runs))
+    print()
+    print(
+        f"mutant runs: {len(mutant_runs)}; killed {killed} ({100 * killed / total:.0f}%), "
+        f"on their clause {on_clause} ({100 * on_clause / total:.0f}%); "
+        f"correct stores flagged: {', '.join(flagged) or 'none'}"
+    )
+    return 1 if flagged else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
