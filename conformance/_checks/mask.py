@@ -220,7 +220,8 @@ def any_call_id(kit: Kit) -> None:
 
 @basic(None, "masking")
 def basic_masking(kit: Kit) -> None:
-    """MASK-1, MASK-5, MASK-3, MASK-2: a mark is seen, keeps entries, moves versions, sticks."""
+    """MASK-1, MASK-5, MASK-3, MASK-2, MASK-6: a mark is seen, keeps entries, moves versions,
+    sticks, and masks for a call that never put."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id("mask")
     entry = kit.entries.entry(rollout)
@@ -302,4 +303,17 @@ def basic_masking(kit: Kit) -> None:
         step.describe(before),
         _STICKY_ON_PUT,
         clause="MASK-2",
+    )
+    failed = kit.rollout_id("mask-failed-call")
+    step.put(kit, sink, kit.entries.entry(failed), clause="PUT-1")
+    for call in ("never-put", ""):
+        # A call that failed before it put anything is the usual reason to mark.
+        step.mark(kit, sink, failed, call, clause="MASK-6")
+    step.expect(
+        kit,
+        step.freeze(kit, kit.source(), failed, clause="MASK-6").incomplete,
+        "marks of calls with no entry to mask the rollout",
+        "incomplete=False",
+        _ANY_CALL_ID,
+        clause="MASK-6",
     )
