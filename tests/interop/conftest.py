@@ -14,7 +14,8 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
-from gym_release import PinnedWheel, WheelUnavailable, fetch_wheel, pinned_wheel, unpack
+
+from interop.gym_release import PinnedWheel, WheelUnavailable, fetch_wheel, pinned_wheel, unpack
 
 GYM_MODULES = ("records", "protocols", "store", "config", "conformance")
 

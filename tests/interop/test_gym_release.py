@@ -7,7 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from gym_release import (
+
+from interop.gym_release import (
     MODULES,
     STAND_INS,
     PinnedWheel,
