@@ -1,4 +1,11 @@
-"""Reading the sink a Gym config file names, exactly as a serving process would build it."""
+"""Reading the sink a Gym config file names, exactly as a serving process would build it.
+
+The block is read in the dialect it is written in
+(:func:`tokcap_spec.gym07_config.read_capture_config`): the seed's, or NeMo Gym 0.7.0's once it
+uses a key 0.7.0 added. Either way only ``enabled``, ``sink``, ``sink_kwargs``, ``dir`` and
+``model_call_capture_dir`` decide what is judged; every other key is validated by its dialect's
+rules and then left alone.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from tokcap_spec.config import FILE_STORE_TARGET, TOKEN_ID_CAPTURE_BLOCK, token_id_capture_config
+from tokcap_spec.config import FILE_STORE_TARGET, TOKEN_ID_CAPTURE_BLOCK
+from tokcap_spec.gym07_config import GYM07_DIALECT, capture_config_dialect, read_capture_config
 
 __all__ = ["DIRECTORY_ONLY", "global_config_from_file", "sink_from_gym_config"]
 
@@ -55,14 +63,21 @@ def sink_from_gym_config(path: Path) -> tuple[str, dict[str, Any]]:
     """
     global_config = global_config_from_file(path)
     try:
-        config = token_id_capture_config(global_config)
+        config = read_capture_config(global_config)
     except ValidationError as exc:
         # pydantic echoes input values; only locations and reasons may leave this function.
         reasons = "; ".join(
             f"{'.'.join(str(part) for part in error['loc']) or 'block'}: {error['msg']}"
             for error in exc.errors()
         )
-        raise ValueError(f"its {TOKEN_ID_CAPTURE_BLOCK} block is invalid: {reasons}") from None
+        dialect = (
+            " (read as NeMo Gym 0.7.0's, for the keys it added)"
+            if capture_config_dialect(global_config) == GYM07_DIALECT
+            else ""
+        )
+        raise ValueError(
+            f"its {TOKEN_ID_CAPTURE_BLOCK} block{dialect} is invalid: {reasons}"
+        ) from None
     settings = config.token_id_capture
     if not settings.enabled:
         raise ValueError(f"{TOKEN_ID_CAPTURE_BLOCK}.enabled is false: capture builds no sink")

@@ -20,7 +20,7 @@ from reference._file_writer import DEFAULT_SHARDS, WriterThread
 from tokcap_spec.errors import StoreWriteError
 from tokcap_spec.ids import validate_call_id, validate_rollout_id, validate_rollout_ids
 from tokcap_spec.protocols import TokenCaptureSnapshot
-from tokcap_spec.records import TokenEntry, as_token_entry
+from tokcap_spec.records import TokenEntry, as_token_entry, refusing_invalid
 
 __all__ = ["FileTokenStore", "RolloutLockTimeoutError"]
 
@@ -118,13 +118,14 @@ class FileTokenStore:
 
     async def put(self, entry: TokenEntry) -> None:
         """Store ``entry`` durably under its rollout; see the class promises."""
-        entry = as_token_entry(entry)
-        rollout_id = validate_rollout_id(entry.rollout_id)
-        call = validate_call_id(entry.model_call_id)
-        # An entry that skipped validation would make every later freeze refuse the rollout
-        # once it was in the log, so it is refused before anything is acked; the check and the
-        # serialization run on the writer thread, where they do not stall the event loop.
-        await self._writer.put(rollout_id, call, lambda: check_entry(entry))
+        with refusing_invalid(entry):
+            checked = as_token_entry(entry)
+            rollout_id = validate_rollout_id(checked.rollout_id)
+            call = validate_call_id(checked.model_call_id)
+            # An entry that skipped validation would make every later freeze refuse the rollout
+            # once it was in the log, so it is refused before anything is acked; the check and
+            # the serialization run on the writer thread, where they do not stall the event loop.
+            await self._writer.put(rollout_id, call, lambda: check_entry(checked))
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Durably record that ``rollout_id`` lost evidence; every later freeze says incomplete."""

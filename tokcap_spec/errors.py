@@ -15,6 +15,7 @@ __all__ = [
     "ConflictingEntryError",
     "CorruptStoreError",
     "EndpointError",
+    "InvalidEntryError",
     "InvalidRolloutIdError",
     "MaskFractionExceededError",
     "RolloutFrozenError",
@@ -66,6 +67,15 @@ class ConflictingEntryError(TokenCaptureError, ValueError):
     """A ``model_call_id`` was reused with a different payload (PUT-4).
 
     Also a ``ValueError``; the message names the rollout and the call.
+    """
+
+
+class InvalidEntryError(TokenCaptureError, ValueError):
+    """An entry breaks the record rules (REC-2 to REC-4) and was refused: nothing was stored.
+
+    Also a ``ValueError``, caused by pydantic's ``ValidationError``. The message names the
+    rollout, the call and each broken field with its rule, never a field's value, and says what
+    the caller owes the rollout: a mark, so that it is masked rather than trained on.
     """
 
 

@@ -15,10 +15,21 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Annotated, Any, Final
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from tokcap_spec.errors import InvalidEntryError
 
 __all__ = [
     "TOKEN_ENTRY_RECORD_SCHEMA_VERSION",
@@ -26,6 +37,7 @@ __all__ = [
     "MAX_TOKEN_ID",
     "TokenEntry",
     "as_token_entry",
+    "refusing_invalid",
 ]
 
 TOKEN_ENTRY_RECORD_SCHEMA_VERSION: Final = 1
@@ -79,7 +91,8 @@ class TokenEntry(BaseModel):
     prompt_token_ids: list[TokenId] = Field(default_factory=list)
     generation_token_ids: list[TokenId] = Field(default_factory=list)
     generation_log_probs: LogProbs = Field(default_factory=list)
-    routed_experts: list[Any] | None = None
+    # Any JSON value, as NeMo Gym's record allows: per-token expert ids, a string, a mapping.
+    routed_experts: Any = None
     output_items: list[dict[str, Any]] = Field(default_factory=list)
     token_item_index: int | None = None
     created_at: float = Field(default_factory=time.time)
@@ -197,3 +210,32 @@ def _record_fields(record: object) -> dict[str, Any]:
         if name not in fields and hasattr(record, name):
             fields[name] = getattr(record, name)
     return fields
+
+
+@contextmanager
+def refusing_invalid(record: object) -> Iterator[None]:
+    """Turn a record-rule failure inside the block into :class:`InvalidEntryError`.
+
+    A sink wraps its ``put`` in this, so a caller learns that the entry was refused, nothing
+    was stored, and the rollout must be marked incomplete: masked, never trained on with a
+    hole where this call was. The message names the rollout, the call and each broken field
+    with its rule, never a value; the ``ValidationError`` stays attached as the cause.
+    """
+    try:
+        yield
+    except ValidationError as exc:
+        reasons = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'entry'}: {error['msg']}"
+            for error in exc.errors(include_url=False, include_input=False)
+        )
+        raise InvalidEntryError(
+            f"rollout {_identity(record, 'rollout_id')}: the entry of model_call_id "
+            f"{_identity(record, 'model_call_id')} was refused and nothing was stored "
+            f"({reasons}); mark the rollout incomplete so that it is masked rather than "
+            "trained on"
+        ) from exc
+
+
+def _identity(record: object, name: str) -> str:
+    value = record.get(name) if isinstance(record, Mapping) else getattr(record, name, None)
+    return repr(value)[:120] if isinstance(value, str) else "(none)"

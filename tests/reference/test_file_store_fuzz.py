@@ -24,7 +24,12 @@ from hypothesis import strategies as st
 from reference._file_log import log_name
 from reference._file_records import seal
 from reference.file_store import FileTokenStore
-from tokcap_spec.errors import CorruptStoreError, InvalidRolloutIdError, TokenCaptureError
+from tokcap_spec.errors import (
+    CorruptStoreError,
+    InvalidEntryError,
+    InvalidRolloutIdError,
+    TokenCaptureError,
+)
 from tokcap_spec.ids import ROLLOUT_ID_PATTERN, is_valid_rollout_id
 from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry
@@ -332,7 +337,7 @@ def test_put_refuses_an_unvalidated_entry_that_breaks_the_record_rules(
     async def put_then_freeze() -> TokenCaptureSnapshot:
         store = FileTokenStore(tmp_path)
         try:
-            with pytest.raises(ValueError, match="validation error for TokenEntry"):
+            with pytest.raises(InvalidEntryError, match="was refused and nothing was stored"):
                 await store.put(bad)
             return await store.freeze("r")
         finally:

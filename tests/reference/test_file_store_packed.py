@@ -235,3 +235,36 @@ class TestOlderFormats:
         (Path(store.root) / log_name("r")).write_bytes(FORMAT_2_HEADER + line)
         with pytest.raises(CorruptStoreError, match=r"line 2 .*packed record in a format 2 log"):
             run(store.freeze("r"))
+
+
+FORMAT_1_HEADER = b'{"epoch":"one","format":1,"kind":"open","rollout_id":"r"}\n'
+LINEAGE = {
+    "response_id": "resp-1",
+    "parent_call_id": "c0",
+    "cum_len": 7,
+    "digest": "ab" * 32,
+    "parent_resolution": "resolved",
+    "prompt_is_delta": True,
+    "fingerprint_version": 1,
+}
+
+
+class TestRecordsAsGymWritesThem:
+    @pytest.mark.parametrize(
+        "experts",
+        ["moe-trace-7", {"layer": [[1, 2], [3]]}, 3, [[0, 1], [2, 3], None, [4], "x"]],
+        ids=["string", "mapping", "number", "ragged"],
+    )
+    @pytest.mark.parametrize("header", [b"", FORMAT_2_HEADER, FORMAT_1_HEADER], ids=["3", "2", "1"])
+    def test_any_routed_experts_and_lineage_read_back_in_every_format(
+        self, store: FileTokenStore, experts: Any, header: bytes
+    ) -> None:
+        """Routed experts of any JSON value and lineage fields freeze back in each log format."""
+        if header:
+            (Path(store.root) / log_name("r")).write_bytes(header)
+        written = entry(routed_experts=experts, **LINEAGE)
+        run(store.put(written))
+        run(store.put(written))
+        assert freeze_payloads(store) == [written.to_json_bytes()]
+        packed_lines = log_of(store).count(b'"kind":"packed"')
+        assert packed_lines == (1 if not header else 0)

@@ -6,19 +6,15 @@ import asyncio
 import dataclasses
 import math
 import struct
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from conftest import RedisServer
+from conftest import Open
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from reference.file_store import FileTokenStore
-from reference.memory_store import MemoryTokenStore
-from reference.redis_store import RedisTokenStore
+from tokcap_spec.errors import InvalidEntryError
 from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry, as_token_entry
 
@@ -36,7 +32,7 @@ class gym:  # lower case, so the class path reads like the module path of Gym's 
         prompt_token_ids: list[int] = Field(default_factory=list)
         generation_token_ids: list[int] = Field(default_factory=list)
         generation_log_probs: list[float] = Field(default_factory=list)
-        routed_experts: list[Any] | None = None
+        routed_experts: Any | None = None
         output_items: list[dict[str, Any]] = Field(default_factory=list)
         token_item_index: int | None = None
         created_at: float = 0.0
@@ -86,22 +82,6 @@ KINDS: dict[str, Callable[[dict[str, Any]], object]] = {
 
 def fields_of(call: str) -> dict[str, Any]:
     return {**FIELDS, "model_call_id": call}
-
-
-Open = Callable[[], Any]
-
-
-@pytest.fixture(params=["file", "memory", "redis"])
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Open]:
-    """Open fresh instances of one reference store that all share their rollouts."""
-    name = f"t-{uuid.uuid4().hex}"
-    if request.param == "file":
-        yield lambda: FileTokenStore(tmp_path / "store")
-    elif request.param == "memory":
-        yield lambda: MemoryTokenStore(name)
-    else:
-        server: RedisServer = request.getfixturevalue("redis_server")
-        yield lambda: RedisTokenStore(server.url, namespace=name)
 
 
 @asynccontextmanager
@@ -166,13 +146,14 @@ class TestStoresTakeForeignRecords:
     def test_a_foreign_record_breaking_the_rules_is_refused_as_a_native_one(
         self, open_store: Open
     ) -> None:
-        """A Gym record with a NaN log prob is refused with the native ValidationError."""
+        """A Gym record with a NaN log prob is refused as a native one, its cause attached."""
         bad = gym.TokenEntry(**{**fields_of("c"), "generation_log_probs": [0.0, math.nan]})
 
         async def main() -> None:
             async with opened(open_store) as sink:
-                with pytest.raises(ValidationError, match="log prob 1 is NaN"):
+                with pytest.raises(InvalidEntryError, match="log prob 1 is NaN") as caught:
                     await sink.put(bad)
+                assert isinstance(caught.value.__cause__, ValidationError)
 
         asyncio.run(main())
         assert put_and_freeze(open_store).entries == ()

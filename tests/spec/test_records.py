@@ -12,11 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from tokcap_spec.errors import InvalidEntryError
 from tokcap_spec.records import (
     MAX_TOKEN_ID,
     TOKEN_ENTRY_RECORD_SCHEMA_VERSION,
     TOKEN_FIELDS,
     TokenEntry,
+    refusing_invalid,
 )
 
 
@@ -336,3 +338,38 @@ class TestCheckedBytes:
         assert data == record.to_json_bytes()
         validated = TokenEntry.model_validate(record.model_dump(mode="python", warnings=False))
         assert TokenEntry.from_json_bytes(data).to_json_bytes() == validated.to_json_bytes()
+
+
+class TestRoutedExperts:
+    @pytest.mark.parametrize(
+        "experts", ["trace-ref", {"layer": [[1, 2]]}, 7, [[1], "x", None]], ids=str
+    )
+    def test_any_json_value_round_trips(self, experts: Any) -> None:
+        """routed_experts takes any JSON value, as NeMo Gym's record does, and keeps it (REC-1)."""
+        record = entry(routed_experts=experts)
+        assert TokenEntry.from_json_bytes(record.checked_json_bytes()).routed_experts == experts
+
+    def test_a_value_json_cannot_hold_is_refused(self) -> None:
+        """A routed_experts JSON cannot hold (a set) is refused before any store acks it."""
+        with pytest.raises(TypeError, match="set"):
+            entry(routed_experts={1, 2}).checked_json_bytes()
+
+
+class TestRefusingInvalid:
+    def test_a_broken_record_is_refused_for_masking_without_its_values(self) -> None:
+        """The refusal names rollout, call and field, asks for a mask and shows no value."""
+        record = {"rollout_id": "r-9", "model_call_id": "c-3", "prompt_token_ids": [2**31 + 12345]}
+        with pytest.raises(InvalidEntryError) as caught, refusing_invalid(record):
+            TokenEntry.model_validate(record)
+        message = str(caught.value)
+        assert message.startswith("rollout 'r-9': the entry of model_call_id 'c-3' was refused")
+        assert "prompt_token_ids.0" in message
+        assert "masked rather than trained on" in message
+        assert str(2**31 + 12345) not in message
+        assert isinstance(caught.value, ValueError)
+        assert isinstance(caught.value.__cause__, ValidationError)
+
+    def test_other_errors_pass_through(self) -> None:
+        """Only record-rule failures are turned into InvalidEntryError."""
+        with pytest.raises(KeyError), refusing_invalid({}):
+            raise KeyError("x")
