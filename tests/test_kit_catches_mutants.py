@@ -79,6 +79,7 @@ class TestKitCatchesMutants:
         run = run_kit(mutant)
         assert run.exit_code == 1, _messages(run)
         assert sorted(run.failed) == sorted(mutant.expected), _messages(run)
+        assert run.unreported_failures() == []
         message = run.clauses[mutant.clause]["message"]
         assert f"[{mutant.clause}]" in message
         if mutant.anomaly:
@@ -94,3 +95,4 @@ class TestKitPassesCorrectStores:
         run = run_kit(store)
         assert (run.failed, run.blocked) == ((), ()), _messages(run)
         assert run.exit_code == 0
+        assert run.junit_failures == ()

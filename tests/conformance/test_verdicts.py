@@ -100,6 +100,19 @@ class TestOneVerdict:
         assert re.search(r'<failure message="Failed: blocked by PUT-1:', junit)
         assert "[PUT-1] contract violated" in junit
 
+    def test_a_run_stopped_by_x_fails_in_junit_what_it_fails_in_the_report(
+        self, pytester: pytest.Pytester
+    ) -> None:
+        """Stopped at its first failure, the run's junit carries each clause the report fails."""
+        code, clauses, _ = kit(pytester, "zoo_mask:IgnoresMark", "-x", "--junitxml=junit.xml")
+        assert code == 1
+        failed = [clause for clause, entry in clauses.items() if entry["outcome"] == "failed"]
+        assert failed
+        junit = (pytester.path / "junit.xml").read_text(encoding="utf-8")
+        assert re.search(r'<testsuite [^>]*failures="[1-9]', junit)
+        for clause in failed:
+            assert f"[{clause}] contract violated" in junit
+
 
 @pytest.mark.usefixtures("zoo_path")
 class TestFlakiness:

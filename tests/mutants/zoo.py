@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 from tokcap_pytest import DEFAULT_SEED
 
@@ -161,6 +162,25 @@ class KitRun:
     output: str = ""
     timelines: tuple[str, ...] = ()
     """Names of the timeline pictures (SVG in HTML) the run wrote next to its report."""
+    junit_failures: tuple[str, ...] = ()
+    """The text of every test case the run's junit file counts as failed."""
+
+    def unreported_failures(self) -> list[str]:
+        """Failed clauses no failed junit case carries the message of; empty when they agree.
+
+        Also names a mismatch between junit's failure count and the run's exit code.
+        """
+        problems = [
+            f"{clause} failed in the report, but no junit failure says [{clause}]"
+            for clause in self.failed
+            if not any(f"[{clause}] contract violated" in text for text in self.junit_failures)
+        ]
+        if bool(self.junit_failures) != (self.exit_code == 1):
+            problems.append(
+                f"junit counts {len(self.junit_failures)} failures, the exit code is "
+                f"{self.exit_code}"
+            )
+        return problems
 
     def _with(self, outcome: str) -> tuple[str, ...]:
         return tuple(c for c, e in self.clauses.items() if e["outcome"] == outcome)
@@ -210,7 +230,16 @@ def run_kit(target: JudgedStore, extra: Sequence[str] = ()) -> KitRun:
         # The zoo judges every mutant on one seed, so its verdicts replay; --tokcap-seed in
         # ``extra`` still wins.
         environment.setdefault("TOKCAP_SEED", str(ZOO_SEED))
-        command = [sys.executable, "-m", "pytest", "-q", *target.arguments(str(report)), *extra]
+        junit = Path(scratch) / "junit.xml"
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            f"--junitxml={junit}",
+            *target.arguments(str(report)),
+            *extra,
+        ]
         started = time.monotonic()
         try:
             done = subprocess.run(
@@ -238,5 +267,23 @@ def run_kit(target: JudgedStore, extra: Sequence[str] = ()) -> KitRun:
             if "<svg" in path.read_text(encoding="utf-8")
         )
         return KitRun(
-            target, done.returncode, seconds, clauses, output=output[-4000:], timelines=pictures
+            target,
+            done.returncode,
+            seconds,
+            clauses,
+            output=output[-4000:],
+            timelines=pictures,
+            junit_failures=_junit_failures(junit),
         )
+
+
+def _junit_failures(junit: Path) -> tuple[str, ...]:
+    """The text of every failed test case in the run's junit file."""
+    if not junit.exists():
+        return ()
+    tree = ElementTree.parse(junit)
+    return tuple(
+        f"{failure.get('message', '')}\n{failure.text or ''}"
+        for failure in tree.iter()
+        if failure.tag in ("failure", "error")
+    )
