@@ -27,17 +27,6 @@ from conformance._violation import NotClaimed
 PROCESS_LOCAL = "the target declares process-local: it does not claim to serve spawned workers"
 
 
-def _target(kit: Kit) -> LaneTargets:
-    settings = kit.settings
-    return LaneTargets(
-        settings.sink,
-        dict(settings.sink_kwargs),
-        settings.source,
-        dict(settings.source_kwargs),
-        settings.entry_class,
-    )
-
-
 def _put(kit: Kit, rollout_id: str, call_id: str) -> Action:
     entry = kit.entries.entry(rollout_id, call_id, prompt_len=4, generation_len=2)
     return Action("put", rollout_id, call_id, entry_view(entry).payload)
@@ -203,7 +192,7 @@ def cut_under_writes(kit: Kit) -> None:
         actions += more
     lanes = [Lane(f"writer-{n}", tuple(actions)) for n, actions in enumerate(writers)]
     lanes += [Lane(f"freezer-{n}", tuple(actions)) for n, actions in enumerate(freezers)]
-    workload = Workload(_target(kit), lanes)
+    workload = Workload(LaneTargets.of(kit.settings), lanes)
     recorder = Recorder("parent")
     workload.start()
     workload.wait_for(total // 2)
@@ -234,7 +223,7 @@ def one_and_many_rollouts(kit: Kit) -> None:
     for number in range(2):
         freezes = tuple(Action("freeze", rollout) for rollout in [share, *own])
         lanes.append(Lane(f"freezer-{number}", (Action("wait", count=total), *freezes)))
-    workload = Workload(_target(kit), lanes)
+    workload = Workload(LaneTargets.of(kit.settings), lanes)
     workload.start()
     events, problems = workload.finish()
     recorder = Recorder("parent")

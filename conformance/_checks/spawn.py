@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from conformance import _steps as step
+from conformance._history.record import Action, Lane, LaneTargets, Workload
 from conformance._kit import Kit
-from conformance._reading import entry_view
+from conformance._reading import SnapshotView, entry_view
 from conformance._registry import basic, check
 from conformance._violation import NotClaimed
 from conformance._workers import Operation, WorkerOutcome, WorkerPlan, run_workers
@@ -101,6 +102,68 @@ def acks_visible_to_parent(kit: Kit) -> None:
         )
 
 
+@check("SPAWN-3", "writers-still-running")
+def writers_still_running(kit: Kit) -> None:
+    """Entries acked by workers that are still running, their sinks open, freeze here exactly.
+
+    A write-behind buffer that a worker flushes only when it closes, or after a while, hides
+    acked entries from every other process for as long as the worker lives: a consumer reads
+    while model servers keep serving.
+    """
+    _require_processes(kit)
+    rollouts = [kit.rollout_id(f"live{n}") for n in range(2)]
+    batches = [[kit.entries.entry(rollout) for _ in range(3)] for rollout in rollouts]
+    snapshots, problems = _frozen_while_writers_live(kit, batches)
+    if problems:
+        kit.fail(
+            expected="every spawned writer to build its sink and ack its puts",
+            observed=kit.redact("; ".join(problems)),
+            hint="build the sink from the target string and kwargs alone",
+        )
+    expected = step.sent(entry for batch in batches for entry in batch)
+    seen = {call: payload for view in snapshots for call, payload in step.payloads(view).items()}
+    if seen != expected:
+        missing = sorted(set(expected) - set(seen))
+        kit.fail(
+            expected=f"all {len(expected)} entries acked by workers that are still running",
+            observed=f"{len(missing)} missing: " + "; ".join(map(step.describe, snapshots)),
+            hint="an ack must mean the record is where every process reads it now, not once "
+            "the writer flushes or closes",
+        )
+
+
+def _frozen_while_writers_live(
+    kit: Kit, batches: list[list[Any]], clause: str | None = None
+) -> tuple[list[SnapshotView], list[str]]:
+    """Spawn a writer per batch, each putting its batch into its rollout and then holding its
+    sink open; freeze every rollout here meanwhile, then let the writers close.
+
+    Returns the snapshots, in batch order, and a line per writer that went wrong.
+    """
+    acked = sum(len(batch) for batch in batches)
+    rollouts = [entry_view(batch[0]).rollout_id for batch in batches]
+    lanes = [
+        Lane(
+            f"writer-{n}",
+            (
+                *(Action("put", r, step.call_of(e), entry_view(e).payload) for e in batch),
+                Action("wait", count=acked + 1),
+            ),
+        )
+        for n, (r, batch) in enumerate(zip(rollouts, batches, strict=True))
+    ]
+    workload = Workload(LaneTargets.of(kit.settings), lanes)
+    workload.start()
+    try:
+        workload.wait_for(acked)
+        source = kit.source()
+        snapshots = [step.freeze(kit, source, rollout, clause=clause) for rollout in rollouts]
+    finally:
+        workload.signal()
+        _, problems = workload.finish()
+    return snapshots, problems
+
+
 @basic(None, "spawned")
 def basic_spawned(kit: Kit) -> None:
     """SPAWN-1, SPAWN-2, SPAWN-3, MASK-1: workers build, together too, and are seen here."""
@@ -166,4 +229,15 @@ def basic_spawned(kit: Kit) -> None:
         "incomplete=False",
         "keep marks where every process reads them",
         clause="MASK-1",
+    )
+    live = kit.entries.entry(kit.rollout_id("spawned-live"))
+    (held,), problems = _frozen_while_writers_live(kit, [[live]], clause="SPAWN-3")
+    step.expect(
+        kit,
+        not problems and held.payloads() == step.sent([live]),
+        "an entry acked by a worker that is still running visible here",
+        kit.redact("; ".join(problems)) or step.describe(held),
+        "an ack must mean the record is where every process reads it now, not once the "
+        "writer flushes or closes",
+        clause="SPAWN-3",
     )

@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 from conformance._history.events import Event, Kind, Pair, digest
 from conformance._reading import entry_view, read_snapshot
 from conformance._secrecy import scrub
-from conformance._settings import DEFAULT_ENTRY_CLASS
+from conformance._settings import DEFAULT_ENTRY_CLASS, KitSettings
 from conformance._workers import Build, Built, Meeting, Progress, Supervisor, WorkerOutcome
 
 __all__ = ["Action", "Lane", "LaneTargets", "Recorder", "Workload"]
@@ -66,6 +66,17 @@ class LaneTargets:
     source_kwargs: dict[str, Any] = field(repr=False)
     entry_class: str = DEFAULT_ENTRY_CLASS
     """The class a lane builds each put's entry with, from the payload's fields."""
+
+    @classmethod
+    def of(cls, settings: KitSettings) -> LaneTargets:
+        """The targets, kwargs and entry class a kit run judges."""
+        return cls(
+            settings.sink,
+            dict(settings.sink_kwargs),
+            settings.source,
+            dict(settings.source_kwargs),
+            settings.entry_class,
+        )
 
 
 _OPERATION = {"put": "put", "mark": "mark_incomplete", "begin": "begin_call"}
@@ -245,6 +256,10 @@ class Workload:
         if meeting.broken:
             return
         self._supervisor.watch(until=lambda: meeting.steps.value >= writes)
+
+    def signal(self) -> None:
+        """Count one step from this process, so that lanes waiting for it go on."""
+        self._supervisor.meeting.advance()
 
     def finish(self) -> tuple[list[Event], list[str]]:
         """Wait for every lane; return all events and a line per lane that went wrong."""

@@ -132,6 +132,35 @@ class PidShards(BaseStore):
         return os.path.join(shard, self.key(rollout_id) + ".json")
 
 
+class FlushesWhenClosed(BaseStore):
+    """SPAWN-3: each process keeps its changes in memory and writes them out on close.
+
+    Every instance in the process reads through the same write-behind cache, so a single
+    process sees its acks at once; a worker's acks reach other processes only when it closes
+    its sink, which a model server does at shutdown.
+    """
+
+    breaks: ClassVar[str] = "SPAWN-3"
+
+    def load(self, rollout_id: str) -> RolloutFileState:
+        pending = _PENDING.get(self.state_path(rollout_id))
+        return super().load(rollout_id) if pending is None else RolloutFileState(**pending)
+
+    def save(self, rollout_id: str, state: RolloutFileState) -> None:
+        _PENDING[self.state_path(rollout_id)] = dict(state.__dict__)
+
+    async def close(self) -> None:
+        for path, pending in list(_PENDING.items()):
+            if path.startswith(self.root + os.sep):
+                rollout_id = os.path.basename(path).removesuffix(".json")
+                super().save(rollout_id, RolloutFileState(**pending))
+                del _PENDING[path]
+        await super().close()
+
+
+_PENDING: dict[str, dict[str, object]] = {}
+
+
 class UnlockedWrites(BaseStore):
     """SPAWN-4: each write is a read-modify-write of the rollout file without a lock.
 
