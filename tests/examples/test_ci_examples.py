@@ -26,10 +26,22 @@ def readme_command() -> str:
     return command
 
 
-def script_environment(summary: Path) -> dict[str, str]:
-    """The environment a CI job gives the script: ``python`` is this interpreter."""
+def run_script(folder: Path, target: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the script on ``target`` in ``folder`` as a CI job does, ``python`` being this
+    interpreter, with ``folder/summary.md`` as the summary file."""
+    script = (CI / "run-kit.sh").read_text()
+    (folder / "run-kit.sh").write_text(script.replace(TARGET, target))
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    return {**os.environ, "PATH": path, "TOKCAP_SUMMARY": str(summary)}
+    summary = str(folder / "summary.md")
+    return subprocess.run(
+        ["sh", "run-kit.sh", *args],
+        cwd=folder,
+        env={**os.environ, "PATH": path, "TOKCAP_SUMMARY": summary},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def kit_lines(text: str) -> list[str]:
@@ -69,17 +81,10 @@ def test_the_script_runs_the_readmes_command_and_fills_the_summary(tmp_path: Pat
     (line,) = kit_lines(script)
     assert line == f'{readme_command()} "$@" || status=$?'
     shutil.copy(ROOT / "examples" / "first_sink" / "mysink.py", tmp_path / "mysink.py")
-    (tmp_path / "run-kit.sh").write_text(script.replace(TARGET, "mysink:SqliteSink"))
     summary = tmp_path / "summary.md"
     summary.write_text("earlier steps\n")
-    done = subprocess.run(
-        ["sh", "run-kit.sh", "-k", "PUT-1 or DROP-2", "--tokcap-fence=strict"],
-        cwd=tmp_path,
-        env=script_environment(summary),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    done = run_script(
+        tmp_path, "mysink:SqliteSink", "-k", "PUT-1 or DROP-2", "--tokcap-fence=strict"
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     reports = tmp_path / "tokcap-reports"
@@ -92,17 +97,6 @@ def test_the_script_runs_the_readmes_command_and_fills_the_summary(tmp_path: Pat
 
 def test_the_script_fails_with_the_kits_exit_code(tmp_path: Path) -> None:
     """A run the kit refuses makes the script exit with pytest's code, the summary written."""
-    script = (CI / "run-kit.sh").read_text().replace(TARGET, "no_such_module:Sink")
-    (tmp_path / "run-kit.sh").write_text(script)
-    summary = tmp_path / "summary.md"
-    done = subprocess.run(
-        ["sh", "run-kit.sh"],
-        cwd=tmp_path,
-        env=script_environment(summary),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_script(tmp_path, "no_such_module:Sink")
     assert done.returncode == 4, done.stderr[-2000:]
-    assert "interrupted" in summary.read_text()
+    assert "interrupted" in (tmp_path / "summary.md").read_text()
