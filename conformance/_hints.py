@@ -25,6 +25,13 @@ def module_lookup(module_name: str, exc: BaseException) -> str:
     missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
     if not missing or not (module_name == missing or module_name.startswith(f"{missing}.")):
         return ""
+    package, _, leaf = missing.rpartition(".")
+    found = getattr(sys.modules.get(package), "__file__", None) if package else None
+    if found is not None:
+        return (
+            f"Python found the package {package!r} at {Path(found).parent}, and no module "
+            f"{leaf!r} in it: name a module the package holds"
+        )
     here = Path.cwd()
     top = module_name.split(".", 1)[0]
     holds = [name for name in (f"{top}.py", top) if (here / name).exists()]

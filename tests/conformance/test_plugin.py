@@ -329,6 +329,20 @@ class TestWhereTheRunWrites:
             ]
         )
 
+    def test_an_ini_config_path_is_relative_to_the_ini_file(
+        self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A Gym config named in an ini file is read from beside it, whatever the current
+        folder."""
+        config = pytester.mkdir("conf") / "gym.yaml"
+        captures = pytester.path / "captures"
+        config.write_text(f"token_id_capture:\n  enabled: true\n  dir: {captures}\n")
+        pytester.makeini("[pytest]\ntokcap_config = conf/gym.yaml\n")
+        monkeypatch.chdir(pytester.mkdir("elsewhere"))
+        result = run(pytester, "-k", "FREEZE-4")
+        assert result.ret == 0
+        result.stdout.fnmatch_lines([f"tokcap: sink read from Gym config {config}"])
+
     def test_a_real_store_a_config_names_is_judged_only_when_allowed(
         self, pytester: pytest.Pytester
     ) -> None:

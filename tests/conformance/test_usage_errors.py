@@ -107,3 +107,13 @@ def test_a_missing_dependency_of_the_module_gets_no_path_advice(
     text = assert_usage_error(run(pytester, "needs:Sink"))
     assert "No module named 'no_such_dependency'" in text
     assert "sys.path" not in text
+
+
+def test_a_module_missing_from_its_package_names_the_package(pytester: pytest.Pytester) -> None:
+    """A package that imports but lacks the named module is named with its folder."""
+    pytester.mkpydir("my_pkg")
+    text = assert_usage_error(run(pytester, "my_pkg.sinks:Sink"))
+    assert (
+        f"Python found the package 'my_pkg' at {pytester.path / 'my_pkg'}, and no module "
+        "'sinks' in it: name a module the package holds"
+    ) in text
