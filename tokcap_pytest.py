@@ -57,6 +57,12 @@ class Option:
     default: str = ""
     metavar: str = "VALUE"
     multiple: bool = False
+    choices: tuple[str, ...] = ()
+    """The values the option takes, when it takes one of a few; ``--help`` shows them."""
+    switch: bool = False
+    """A flag without a value on the command line; ``true`` or ``false`` elsewhere."""
+    path: bool = False
+    """A file path: from an ini file it is relative to that file's folder."""
 
     @property
     def flag(self) -> str:
@@ -74,47 +80,103 @@ class Option:
     def dest(self) -> str:
         return "tokcap_" + self.name.replace("-", "_")
 
+    @property
+    def shown(self) -> str:
+        """What ``--help`` shows for the value: its choices, or what kind of value it is."""
+        return "{" + ",".join(self.choices) + "}" if self.choices else self.metavar
+
     def describe(self) -> str:
         """The help text: what the option does, its default and its environment variable."""
         default = f"default: {self.default}; " if self.default else ""
-        return f"{self.help} ({default}env {self.env}, ini {self.ini})"
+        relative = ", relative to the ini file's folder" if self.path else ""
+        return f"{self.help} ({default}env {self.env}, ini {self.ini}{relative})"
 
 
 OPTIONS = (
-    Option("sink", "the TokenSink to judge, as module.path:ClassName", "none: the kit is inert"),
+    Option(
+        "sink",
+        "the TokenSink to judge, as module.path:ClassName",
+        "none: the kit is inert",
+        metavar="MODULE:CLASS",
+    ),
     Option(
         "source",
         "the TokenSource to judge, as module.path:ClassName",
         "the sink target, for one class that is both",
+        metavar="MODULE:CLASS",
     ),
     Option(
         "sink-kwargs",
         "JSON object of keyword arguments for the sink; '{tmp_path}' is replaced by a fresh "
         "directory",
         "{}",
+        metavar="JSON",
     ),
-    Option("source-kwargs", "JSON object of keyword arguments for the source", "the sink kwargs"),
-    Option("config", "a Gym config file whose token_id_capture block names the sink", "none"),
-    Option("fence", "the fence to require: any (strict or relaxed) or strict", "any"),
+    Option(
+        "source-kwargs",
+        "JSON object of keyword arguments for the source",
+        "the sink kwargs",
+        metavar="JSON",
+    ),
+    Option(
+        "config",
+        "a Gym config file whose token_id_capture block names the sink",
+        "none",
+        metavar="FILE",
+        path=True,
+    ),
+    Option(
+        "allow-real-store",
+        "judge the store a --tokcap-config names although it is not the reference file store "
+        "in a scratch folder: the kit's test rollouts stay in it",
+        "false",
+        switch=True,
+    ),
+    Option(
+        "fence",
+        "the fence to require: any (strict or relaxed) or strict",
+        "any",
+        choices=("any", "strict"),
+    ),
     Option(
         "capability",
-        "declare a capability: no-delete, process-local (repeatable)",
+        "declare a capability (repeatable)",
         "none",
         multiple=True,
+        choices=("no-delete", "process-local"),
     ),
-    Option("seed", "seed of the generated entries (an integer)", "1729"),
-    Option("profile", "budget of the concurrency checks: quick, ci or thorough", "ci"),
+    Option("seed", "seed of the generated entries (an integer)", "1729", metavar="INT"),
+    Option(
+        "profile",
+        "budget of the concurrency checks",
+        "ci",
+        choices=("quick", "ci", "thorough"),
+    ),
     Option(
         "timeout",
         "seconds any one call into the implementation may take before its clause fails",
         "30 (quick, ci), 120 (thorough)",
+        metavar="SECONDS",
     ),
-    Option("report", "write the JSON conformance report to this path", "no report"),
-    Option("report-md", "write the conformance report as markdown to this path", "no report"),
+    Option(
+        "report",
+        "write the JSON conformance report to this path",
+        "no report",
+        metavar="PATH",
+        path=True,
+    ),
+    Option(
+        "report-md",
+        "write the conformance report as markdown to this path",
+        "no report",
+        metavar="PATH",
+        path=True,
+    ),
     Option(
         "entry-class",
         "the record class the kit builds the entries it puts with, as module.path:ClassName",
         "tokcap_spec.records:TokenEntry",
+        metavar="MODULE:CLASS",
     ),
 )
 
@@ -129,16 +191,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 action="append",
                 default=[],
                 dest=option.dest,
-                metavar=option.metavar,
+                metavar=option.shown,
                 help=option.describe(),
             )
             parser.addini(option.ini, option.describe(), type="args", default=[])
+        elif option.switch:
+            group.addoption(
+                option.flag,
+                action="store_true",
+                default=None,
+                dest=option.dest,
+                help=option.describe(),
+            )
+            parser.addini(option.ini, option.describe(), type="string", default="")
         else:
             group.addoption(
                 option.flag,
                 default=None,
                 dest=option.dest,
-                metavar=option.metavar,
+                metavar=option.shown,
                 help=option.describe(),
             )
             parser.addini(option.ini, option.describe(), type="string", default="")

@@ -21,6 +21,7 @@ from typing import Any, NoReturn, TypeVar
 
 from conformance._deadline import Overrun, Refused, Watch, current_watch, operations_of
 from conformance._entries import EntryFactory, load_entry_class
+from conformance._hints import null_log_prob
 from conformance._settings import KitSettings
 from conformance._violation import ClauseViolation, fail
 from tokcap_spec.config import build_endpoint as build_sink_or_source
@@ -243,7 +244,7 @@ def unexpected_error(clause: str, doing: str, exc: BaseException, kit: Kit) -> C
     if isinstance(exc, EndpointError):
         hint = "the target could not be built from its target string and kwargs (BUILD-2)"
     else:
-        hint = "the implementation raised where the contract allows no error"
+        hint = null_log_prob(exc) or "the implementation raised where the contract allows no error"
     return ClauseViolation(
         clause,
         expected=f"{doing} to succeed",

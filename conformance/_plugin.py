@@ -22,6 +22,7 @@ import pytest
 
 from conformance import _outcomes as outcomes
 from conformance import _secrecy as secrecy
+from conformance._notices import header_notices
 from conformance._probe import distribution_of, kit_version, probe_target
 from conformance._report import Verdicts
 from conformance._settings import KitSettings, Option, SettingsError, resolve_settings
@@ -44,7 +45,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
     def from_ini(option: Option) -> tuple[Any, str]:
         where = f"ini key {option.ini} in {config.inipath}" if config.inipath else option.ini
-        return config.getini(option.ini), where
+        value = config.getini(option.ini)
+        if option.path and value and config.inipath is not None:
+            value = os.path.join(config.inipath.parent, os.path.expanduser(value))
+        return value, where
 
     try:
         settings = resolve_settings(from_cli, os.environ, from_ini, lambda: _scratch(config))
@@ -175,7 +179,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     ]
     if settings.config is not None:
         lines.append(f"tokcap: sink read from Gym config {settings.config}")
-    return lines
+    return lines + header_notices(settings, config.option.collectonly)
 
 
 @pytest.fixture(scope="session")
@@ -225,7 +229,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[
         return (yield)
     finally:
         settings = config.stash.get(SETTINGS_KEY, None)
-        if verdicts is not None and settings is not None and not hasattr(config, "workerinput"):
+        written = not config.option.collectonly and not hasattr(config, "workerinput")
+        if verdicts is not None and settings is not None and written:
             _write_reports(verdicts, settings)
         judged = settings.judged_directory if settings is not None else None
         if judged is not None:

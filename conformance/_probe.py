@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from conformance._deadline import Overrun, Watch, watched
+from conformance._hints import module_lookup
 from conformance._secrecy import scrub
 from conformance._settings import KitSettings
 
@@ -87,7 +88,8 @@ def _build_once(role: str, target: str, kwargs: dict[str, Any], seconds: float) 
     try:
         factory: Any = importlib.import_module(module_name)
     except Exception as exc:
-        _refuse(f"{flag}: module {module_name!r} cannot be imported", exc)
+        what = f"{flag}: module {module_name!r} cannot be imported"
+        _refuse(what, exc, module_lookup(module_name, exc))
     for part in attr_path.split("."):
         if not hasattr(factory, part):
             raise pytest.UsageError(
@@ -126,8 +128,9 @@ async def _awaited(awaitable: Any) -> None:
     await awaitable
 
 
-def _refuse(what: str, exc: BaseException) -> Any:
-    """Raise a usage error naming ``what``, the error, and the user's frame that raised it."""
+def _refuse(what: str, exc: BaseException, hint: str = "") -> Any:
+    """Raise a usage error naming ``what``, the error, the user's frame that raised it and
+    ``hint``, what to do about it."""
     frames = traceback.extract_tb(exc.__traceback__)
     own = [f for f in frames if _is_users(f.filename)]
     where = ""
@@ -136,6 +139,8 @@ def _refuse(what: str, exc: BaseException) -> Any:
         where = f"\n  at {frame.filename}:{frame.lineno} in {frame.name}"
         if frame.line:
             where += f"\n    {frame.line}"
+    if hint:
+        where += f"\n  {hint}"
     message = scrub(f"tokcap: {what}: {type(exc).__name__}: {exc}{where}")
     raise pytest.UsageError(message) from None
 

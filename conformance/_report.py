@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from conformance._notices import REAL_STORE
 from conformance._registry import FAMILIES, family_of
 from conformance._secrecy import scrub
 from conformance._settings import KitSettings
@@ -161,6 +162,7 @@ class Verdicts:
             "fence": self.settings.fence,
             "entry_class": self.settings.entry_class,
             "distributions": self.distributions,
+            "real_store": self.settings.real_store,
         }
         if "fence" in self.observations:
             target["observed_fence"] = self.observations["fence"]
@@ -206,6 +208,7 @@ class Verdicts:
             f"capabilities: {', '.join(data['target']['capabilities']) or 'none'}"
             + (f"; {versions}" if versions else ""),
             "",
+            *([f"**{REAL_STORE}**", ""] if data["target"]["real_store"] else []),
             "| clause | outcome | tests | message |",
             "| --- | --- | --- | --- |",
         ]

@@ -32,9 +32,11 @@ __all__ = [
     "resolve_settings",
 ]
 
-CAPABILITIES = ("no-delete", "process-local")
-FENCES = ("any", "strict")
-PROFILES = ("quick", "ci", "thorough")
+_CHOICES = {option.name: option.choices for option in OPTIONS}
+CAPABILITIES = _CHOICES["capability"]
+FENCES = _CHOICES["fence"]
+PROFILES = _CHOICES["profile"]
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 class SettingsError(ValueError):
@@ -61,6 +63,9 @@ class KitSettings:
     entry_class: str = DEFAULT_ENTRY_CLASS
     timeout: float = DEFAULT_TIMEOUTS["ci"]
     """Seconds any one call into the implementation may take."""
+    real_store: bool = False
+    """Whether the sink is a store a Gym config names, judged where it points: the kit's test
+    rollouts (their ids unique to this run) stay in it."""
 
     def __post_init__(self) -> None:
         if not self.source:
@@ -141,7 +146,8 @@ class _Scratch:
 
 def _build(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
     profile = _choice(raw, "profile", PROFILES, "ci")
-    sink, sink_kwargs, config_path = _sink_target(raw, tmp_root)
+    allow_real_store = _switch(raw, "allow-real-store")
+    sink, sink_kwargs, config_path, real_store = _sink_target(raw, tmp_root, allow_real_store)
     source = _target(raw, "source") if "source" in raw else ""
     source_kwargs = (
         _kwargs(raw, "source-kwargs", tmp_root) if "source-kwargs" in raw else dict(sink_kwargs)
@@ -161,16 +167,25 @@ def _build(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
         config=config_path,
         entry_class=_entry_class(raw),
         timeout=_timeout(raw, profile),
+        real_store=real_store,
     )
 
 
 def _sink_target(
-    raw: dict[str, tuple[Any, str]], tmp_root: _Scratch
-) -> tuple[str, dict[str, Any], Path | None]:
+    raw: dict[str, tuple[Any, str]], tmp_root: _Scratch, allow_real_store: bool
+) -> tuple[str, dict[str, Any], Path | None, bool]:
+    """The sink, its kwargs, the Gym config it came from and whether it is a real store."""
+    if "sink" in raw and "config" in raw:
+        (sink, sink_where), (config, config_where) = raw["sink"], raw["config"]
+        raise SettingsError(
+            f"--tokcap-sink={sink!r} (from {sink_where}) and --tokcap-config={config!r} (from "
+            f"{config_where}) both name the sink to judge; give one of them"
+        )
     if "sink" in raw:
-        return _target(raw, "sink"), _kwargs(raw, "sink-kwargs", tmp_root), None
+        return _target(raw, "sink"), _kwargs(raw, "sink-kwargs", tmp_root), None, False
     value, where = raw["config"]
     from conformance._gym_config import DIRECTORY_ONLY, sink_from_gym_config
+    from tokcap_spec.config import FILE_STORE_TARGET
 
     path = Path(value)
     try:
@@ -180,7 +195,30 @@ def _sink_target(
     if kwargs.pop(DIRECTORY_ONLY, False):
         # Test rollouts never go among real captures: a fresh folder inside, removed at the end.
         kwargs["root"] = str(Path(kwargs["root"]) / f".tokcap-conformance-{uuid.uuid4().hex[:12]}")
-    return target, _substitute(kwargs, tmp_root), path
+        return target, kwargs, path, False
+    scratch = target == FILE_STORE_TARGET and "{tmp_path}" in str(kwargs.get("root", ""))
+    if not scratch and not allow_real_store:
+        raise SettingsError(
+            f"--tokcap-config={value!r} (from {where}) names the sink {target}, which the kit "
+            "would judge where the config points: its test rollouts (ids unique to this run) "
+            "would stay in that store. Pass --tokcap-allow-real-store (env "
+            "TOKCAP_ALLOW_REAL_STORE=true, ini tokcap_allow_real_store = true) to judge it "
+            "there, or judge a scratch instance with --tokcap-sink and --tokcap-sink-kwargs"
+        )
+    return target, _substitute(kwargs, tmp_root), path, not scratch
+
+
+def _switch(raw: dict[str, tuple[Any, str]], name: str) -> bool:
+    if name not in raw:
+        return False
+    value, where = raw[name]
+    if value is True or str(value).strip().lower() in _TRUE:
+        return True
+    if value is False or str(value).strip().lower() in _FALSE:
+        return False
+    raise SettingsError(
+        f"--tokcap-{name}={value!r} (from {where}) is not one of: {', '.join(_TRUE + _FALSE)}"
+    )
 
 
 def _target(raw: dict[str, tuple[Any, str]], name: str) -> str:

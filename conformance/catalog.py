@@ -1230,5 +1230,5 @@ def clause(clause_id: str) -> Clause:
         suggestion = f"; did you mean {', '.join(close)}?" if close else ""
         raise KeyError(
             f"no contract clause has the id {clause_id!r}{suggestion} "
-            f"(every id is listed in {CLAUSES_DOC})"
+            "(python -m conformance.clauses lists every id)"
         ) from None

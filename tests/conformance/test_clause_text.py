@@ -67,6 +67,54 @@ class TestReadingAClause:
         assert main(["PUT-99"]) == 2
         assert "PUT-99" in capsys.readouterr().err
 
+    @pytest.mark.parametrize(
+        "name",
+        [
+            "DROP-2-stale-version",
+            "test_drop[DROP-2-stale-version]",
+            "test_contract.py::test_drop[DROP-2-stale-version]",
+            "drop-2",
+        ],
+    )
+    def test_a_check_or_test_id_prints_its_clause(
+        self, name: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A check id or test id, as a failure prints it, prints the section of its clause."""
+        assert main([name]) == 0
+        assert capsys.readouterr().out == section("DROP-2") + "\n"
+
+    def test_a_family_prints_each_of_its_clauses(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """A family name prints the section of every clause of the family, in catalog order."""
+        assert main(["DROP"]) == 0
+        drops = [found.id for found in CLAUSES if found.family == "DROP"]
+        assert len(drops) == 5
+        assert capsys.readouterr().out == "\n\n".join(map(section, drops)) + "\n"
+
+    def test_a_check_of_many_clauses_prints_those_it_covers(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The test id of a check with no clause of its own prints each clause it covers."""
+        from conformance._registry import checks_by_id
+
+        assert main(["test_model[model-based]"]) == 0
+        covered = set(checks_by_id()["model-based"].judges)
+        printed = capsys.readouterr().out
+        assert covered
+        assert {found.id for found in CLAUSES if section(found.id) in printed} == covered
+
+    def test_a_refusal_lists_the_known_names_and_needs_no_checkout(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """An unknown name lists every clause id and family, and the forms a name may take."""
+        assert main(["DORP-2"]) == 2
+        refusal = capsys.readouterr().err
+        assert "did you mean DROP-2" in refusal
+        for found in CLAUSES:
+            assert found.id in refusal
+        assert "families: REC, SHAPE" in refusal
+        assert "test_drop[DROP-2-stale-version]" in refusal
+        assert "docs/" not in refusal
+
 
 @pytest.mark.slow
 def test_the_wheel_ships_the_clause_reader_and_the_lock(tmp_path: Path) -> None:

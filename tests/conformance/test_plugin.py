@@ -184,6 +184,7 @@ class TestVerdicts:
             "observed_fence": "strict",
             "entry_class": "tokcap_spec.records:TokenEntry",
             "distributions": {"sink": tokcap, "source": tokcap},
+            "real_store": False,
         }
         assert "| SPAWN-1 | not-claimed |" in (pytester.path / "r.md").read_text()
         result.stdout.fnmatch_lines(
@@ -293,3 +294,86 @@ class Relaxed:
     async def close(self):
         return None
 '''
+
+
+class TestWhereTheRunWrites:
+    def test_collect_only_writes_no_report(self, pytester: pytest.Pytester) -> None:
+        """--co leaves an earlier report as it was, and the header says none is written."""
+        earlier = pytester.path / "r.json"
+        earlier.write_text('{"run": "a real one"}')
+        result = run(pytester, MEMORY, LOCAL, "--co", "--tokcap-report=r.json")
+        assert result.ret == 0
+        assert earlier.read_text() == '{"run": "a real one"}'
+        result.stdout.fnmatch_lines(
+            ["tokcap: --tokcap-report: --collect-only runs no check, so r.json is not written"]
+        )
+
+    def test_ini_paths_are_relative_to_the_ini_file(
+        self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Report paths from an ini file land beside it, whatever the current folder."""
+        pytester.makeini(
+            "[pytest]\ntokcap_report = out/r.json\ntokcap_report_md = out/r.md\n"
+            "tokcap_capability = process-local\n"
+        )
+        monkeypatch.chdir(pytester.mkdir("elsewhere"))
+        result = run(pytester, MEMORY, "-k", "FREEZE-4")
+        assert result.ret == 0
+        assert (pytester.path / "out" / "r.json").exists()
+        assert (pytester.path / "out" / "r.md").exists()
+        assert not (pytester.path / "elsewhere" / "out").exists()
+        result.stdout.fnmatch_lines(
+            [
+                f"tokcap: --tokcap-report: the folder {pytester.path / 'out'} does not exist; "
+                "it is created for r.json"
+            ]
+        )
+
+    def test_an_ini_config_path_is_relative_to_the_ini_file(
+        self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A Gym config named in an ini file is read from beside it, whatever the current
+        folder."""
+        config = pytester.mkdir("conf") / "gym.yaml"
+        captures = pytester.path / "captures"
+        config.write_text(f"token_id_capture:\n  enabled: true\n  dir: {captures}\n")
+        pytester.makeini("[pytest]\ntokcap_config = conf/gym.yaml\n")
+        monkeypatch.chdir(pytester.mkdir("elsewhere"))
+        result = run(pytester, "-k", "FREEZE-4")
+        assert result.ret == 0
+        result.stdout.fnmatch_lines([f"tokcap: sink read from Gym config {config}"])
+
+    def test_a_real_store_a_config_names_is_judged_only_when_allowed(
+        self, pytester: pytest.Pytester
+    ) -> None:
+        """A config naming a store of its own needs --tokcap-allow-real-store, and the header
+        and both reports say a real store was judged."""
+        pytester.makefile(
+            ".yaml",
+            gym="token_id_capture:\n  enabled: true\n"
+            "  sink: reference.memory_store:MemoryTokenStore\n",
+        )
+        args = ("--tokcap-config=gym.yaml", LOCAL, "-k", "FREEZE-4", "--tokcap-report=r.json")
+        refused = run(pytester, *args)
+        assert refused.ret == pytest.ExitCode.USAGE_ERROR
+        refused.stderr.fnmatch_lines(["*Pass --tokcap-allow-real-store*"])
+        result = run(pytester, *args, "--tokcap-report-md=r.md", "--tokcap-allow-real-store")
+        assert result.ret == 0
+        from conformance._notices import REAL_STORE
+
+        result.stdout.fnmatch_lines([f"tokcap: {REAL_STORE}"])
+        assert json.loads((pytester.path / "r.json").read_text())["target"]["real_store"]
+        assert f"**{REAL_STORE}**" in (pytester.path / "r.md").read_text()
+
+    def test_help_shows_the_choices_of_each_option(self, pytester: pytest.Pytester) -> None:
+        """--help shows each option's choices or kind of value, never a bare VALUE."""
+        text = run(pytester, "--help").stdout.str()
+        for shown in (
+            "--tokcap-fence={any,strict}",
+            "--tokcap-profile={quick,ci,thorough}",
+            "--tokcap-capability={no-delete,process-local}",
+            "--tokcap-sink=MODULE:CLASS",
+            "--tokcap-report=PATH",
+        ):
+            assert shown in text
+        assert "=VALUE" not in text

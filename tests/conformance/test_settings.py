@@ -140,12 +140,13 @@ class TestResolveSettings:
         path = tmp_path / "gym.yaml"
         block = {"enabled": True, "sink": "m:C", "sink_kwargs": {"url": "x"}}
         path.write_text(json.dumps({"env": {"nemo_gym": {"token_id_capture": block}}}))
-        settings = resolve(cli={"config": str(path)})
+        settings = resolve(cli={"config": str(path), "allow-real-store": True})
         assert (settings.sink, dict(settings.sink_kwargs), settings.config) == (
             "m:C",
             {"url": "x"},
             path,
         )
+        assert settings.real_store
 
     def test_gym_config_without_sink_uses_the_file_store(self, tmp_path: Path) -> None:
         """A config with only a dir judges the file store in a fresh folder inside that dir."""
@@ -165,7 +166,52 @@ class TestResolveSettings:
         path = tmp_path / "gym.yaml"
         block = {"enabled": True, "sink": "m:C", "sink_kwargs": {"root": str(tmp_path)}}
         path.write_text(json.dumps({"token_id_capture": block}))
-        assert resolve(cli={"config": str(path)}).judged_directory is None
+        settings = resolve(cli={"config": str(path)}, env={"TOKCAP_ALLOW_REAL_STORE": "true"})
+        assert settings.judged_directory is None
+
+    def test_a_config_naming_a_real_store_needs_it_allowed(self, tmp_path: Path) -> None:
+        """A config whose sink is not a scratch file store is refused unless allowed."""
+        path = tmp_path / "gym.yaml"
+        path.write_text(json.dumps({"token_id_capture": {"enabled": True, "sink": "m:C"}}))
+        with pytest.raises(SettingsError) as info:
+            resolve(cli={"config": str(path)})
+        assert str(info.value) == (
+            f"--tokcap-config={str(path)!r} (from cli) names the sink m:C, which the kit would "
+            "judge where the config points: its test rollouts (ids unique to this run) would "
+            "stay in that store. Pass --tokcap-allow-real-store (env "
+            "TOKCAP_ALLOW_REAL_STORE=true, ini tokcap_allow_real_store = true) to judge it "
+            "there, or judge a scratch instance with --tokcap-sink and --tokcap-sink-kwargs"
+        )
+        assert resolve(cli={"config": str(path), "allow-real-store": True}).real_store
+        assert resolve(cli={"config": str(path)}, ini={"allow-real-store": "yes"}).real_store
+
+    def test_a_config_on_the_file_store_in_scratch_is_no_real_store(self, tmp_path: Path) -> None:
+        """A config on the reference file store rooted in {tmp_path} needs nothing allowed."""
+        path = tmp_path / "gym.yaml"
+        block = {"enabled": True, "sink": "reference:FileTokenStore"}
+        block["sink_kwargs"] = {"root": "{tmp_path}"}
+        path.write_text(json.dumps({"token_id_capture": block}))
+        settings = resolve(cli={"config": str(path)}, scratch=tmp_path / "scratch")
+        assert not settings.real_store
+        assert settings.sink_kwargs["root"] == str(tmp_path / "scratch")
+
+    def test_a_config_and_a_sink_together_are_refused(self, tmp_path: Path) -> None:
+        """Both a config and a sink name the sink: the error names each and where it came from."""
+        path = tmp_path / "gym.yaml"
+        with pytest.raises(SettingsError) as info:
+            resolve(cli={"sink": "m:C"}, env={"TOKCAP_CONFIG": str(path)})
+        assert str(info.value) == (
+            f"--tokcap-sink='m:C' (from cli) and --tokcap-config={str(path)!r} (from "
+            "environment variable TOKCAP_CONFIG) both name the sink to judge; give one of them"
+        )
+
+    def test_a_switch_takes_only_true_or_false(self) -> None:
+        """A switch spelled neither true nor false is refused, naming where it came from."""
+        with pytest.raises(SettingsError) as info:
+            resolve(cli={"sink": "m:C"}, env={"TOKCAP_ALLOW_REAL_STORE": "maybe"})
+        assert "(from environment variable TOKCAP_ALLOW_REAL_STORE) is not one of: true" in str(
+            info.value
+        )
 
     @pytest.mark.parametrize(
         ("text", "expected"),

@@ -4,6 +4,10 @@ points at the user's own code, and no check run."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +65,55 @@ def test_usage_error_still_writes_a_report(pytester: pytest.Pytester) -> None:
     assert report["run"]["status"] == "interrupted"
     assert "usage error" in report["run"]["reason"]
     assert report["clauses"] == {}
+
+
+def test_a_module_beside_the_pytest_script_names_the_fix(pytester: pytest.Pytester) -> None:
+    """Under the pytest script a module in the current folder does not import, and the error
+    says why and how to put the folder on sys.path."""
+    pytester.makepyfile(mysink="class SqliteSink:\n    pass\n")
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("pytest")), "--tokcap-sink=mysink:SqliteSink"],
+        cwd=pytester.path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR
+    text = " ".join(done.stderr.split())
+    assert (
+        f"Python looks 'mysink' up on sys.path, and the current folder {pytester.path}, which "
+        "holds mysink.py, is not on it: run `python -m pytest ...` (it puts the current folder "
+        "on sys.path, the `pytest` script does not), or `PYTHONPATH=. pytest ...`"
+    ) in text
+
+
+def test_a_module_found_nowhere_says_where_python_looked(pytester: pytest.Pytester) -> None:
+    """A module in no folder on sys.path is named with the current folder and the fixes."""
+    text = assert_usage_error(run(pytester, "no_such_module:Sink"))
+    assert (
+        f"Python looks 'no_such_module' up on sys.path, which holds the current folder "
+        f"{pytester.path}; no folder on it has no_such_module.py or no_such_module/."
+    ) in text
+    assert "`python -m pytest ...`" in text
+
+
+def test_a_missing_dependency_of_the_module_gets_no_path_advice(
+    pytester: pytest.Pytester,
+) -> None:
+    """A module that imports but lacks one of its own imports is not told about sys.path."""
+    pytester.makepyfile(needs="import no_such_dependency\n")
+    text = assert_usage_error(run(pytester, "needs:Sink"))
+    assert "No module named 'no_such_dependency'" in text
+    assert "sys.path" not in text
+
+
+def test_a_module_missing_from_its_package_names_the_package(pytester: pytest.Pytester) -> None:
+    """A package that imports but lacks the named module is named with its folder."""
+    pytester.mkpydir("my_pkg")
+    text = assert_usage_error(run(pytester, "my_pkg.sinks:Sink"))
+    assert (
+        f"Python found the package 'my_pkg' at {pytester.path / 'my_pkg'}, and no module "
+        "'sinks' in it: name a module the package holds"
+    ) in text

@@ -117,8 +117,14 @@ def run_kit_on_config(
     monkeypatch.setenv("PYTHONPATH", str(pytester.path))
     path = pytester.path / "gym.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    # The config names a sink of its own, which the kit judges only when told to; its store
+    # is a folder of this test's.
     return pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", f"--tokcap-config={path}", timeout=600
+        "-p",
+        "no:cacheprovider",
+        f"--tokcap-config={path}",
+        "--tokcap-allow-real-store",
+        timeout=600,
     )
 
 
