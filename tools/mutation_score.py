@@ -342,7 +342,7 @@ def render(results: dict[str, Any], entries: list[Explanation]) -> str:
         "`docs/mutation-equivalents.json`.",
         "",
         "| module | scope | mutants | killed | survived | timeouts | survived % | equivalent | "
-        "blind spots | unexplained | s per mutant |",
+        "blind spots | unexplained | s per mutant and job |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     sections: list[str] = []
