@@ -383,6 +383,8 @@ def _module_section(
         "",
         f"    {record['command']}",
         "",
+        f"Replay: `{_replay(module, record)}`.",
+        "",
         "### Survivors",
         "",
     ]
@@ -422,6 +424,12 @@ def _module_section(
             f"{_killer(mutant)} |"
         )
     return [*lines, "", "</details>"]
+
+
+def _replay(module: str, record: dict[str, Any]) -> str:
+    functions = record.get("functions") or []
+    chosen = f" --functions {' '.join(functions)}" if functions else ""
+    return f"python tools/mutation_score.py {module} --seed {record['seed']}{chosen}"
 
 
 def _scope(record: dict[str, Any]) -> str:
