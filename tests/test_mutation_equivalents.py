@@ -1,0 +1,83 @@
+"""The recorded survivors of the mutation runs still name real lines of the reference modules.
+
+``tools/mutation_score.py`` matches each survivor to an entry of
+``docs/mutation-equivalents.json`` by module, operator, line and the line's text; an entry
+whose line moved or changed no longer matches anything. No mutant is run here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from conformance.catalog import CLAUSES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "mutation_score", ROOT / "tools" / "mutation_score.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("mutation_score", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+TOOL = _tool()
+ENTRIES = TOOL.load_explanations()
+
+
+def test_the_file_records_survivors() -> None:
+    """The equivalents file parses into entries, each a reason or a clause with a witness."""
+    assert ENTRIES
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda entry: f"{entry.module}:{entry.line}")
+def test_an_entry_names_an_existing_line_by_its_text(entry: Any) -> None:
+    """Each entry's module exists and its line holds exactly the source text it records."""
+    path = ROOT / entry.module
+    assert path.is_file(), entry
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert 1 <= entry.line <= len(lines), entry
+    assert lines[entry.line - 1].strip() == entry.source, entry
+    assert entry.mutant != entry.source, entry
+    assert entry.operator.startswith("core/"), entry
+
+
+def test_every_entry_names_a_store_the_tool_knows() -> None:
+    """Every recorded module is one the tool can judge with the kit."""
+    for entry in ENTRIES:
+        assert TOOL.target_options(entry.module)
+
+
+def test_a_blind_spot_names_a_clause_of_the_catalog() -> None:
+    """A survivor recorded as a blind spot names a clause id the catalog has."""
+    known = {found.id for found in CLAUSES}
+    assert {entry.clause for entry in ENTRIES if entry.clause} <= known
+
+
+def test_no_mutant_is_recorded_twice() -> None:
+    """No two entries name the same mutant."""
+    keys = [(e.module, e.operator, e.line, e.source, e.mutant) for e in ENTRIES]
+    assert len(keys) == len(set(keys))
+
+
+def test_an_entry_that_says_too_little_is_refused(tmp_path: Path) -> None:
+    """An entry with neither a reason nor a clause and witness does not load."""
+    bad = tmp_path / "equivalents.json"
+    bad.write_text(
+        '{"survivors": [{"module": "reference/memory_store.py", "operator": "core/AddNot", '
+        '"line": 1, "source": "x", "mutant": "y"}]}',
+        encoding="utf-8",
+    )
+    with pytest.raises(ValueError, match="reason"):
+        TOOL.load_explanations(bad)
