@@ -45,7 +45,8 @@ def put_after_freeze(kit: Kit) -> None:
 
 @check("FENCE-2", "put-after-drop")
 def put_after_drop(kit: Kit) -> None:
-    """After a successful drop, a put for that rollout raises, for a new or an old call."""
+    """After a successful drop, a put for that rollout raises, for a new or an old call, from
+    the sink that wrote it before and from fresh ones."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     first = kit.entries.entry(rollout)
@@ -57,8 +58,12 @@ def put_after_drop(kit: Kit) -> None:
             observed="False",
             hint="see DROP-1",
         )
-    for label, entry in (("a new call", kit.entries.entry(rollout)), ("the dropped call", first)):
-        if step.raises(kit.sink().put, entry) is None:
+    for label, entry, endpoint in (
+        ("a new call", kit.entries.entry(rollout), kit.sink()),
+        ("the dropped call", first, kit.sink()),
+        ("a new call, from the sink that wrote before the drop,", kit.entries.entry(rollout), sink),
+    ):
+        if step.raises(endpoint.put, entry) is None:
             kit.fail(
                 expected=f"a put of {label} after drop to raise",
                 observed="the put was acked into a retired rollout",
