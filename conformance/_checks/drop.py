@@ -122,8 +122,10 @@ def unseen_state(kit: Kit) -> None:
 def wrong_snapshot_id(kit: Kit) -> None:
     """Drop with another snapshot_id and the right version returns False."""
     source, rollout, snapshot = _frozen(kit)
-    for other in (snapshot.snapshot_id + "x", "", snapshot.snapshot_id.upper() + "-other"):
-        if other != snapshot.snapshot_id:
+    given = snapshot.snapshot_id
+    others = (given + "x", given + " ", given[:-1], "", given.upper(), given.swapcase())
+    for other in dict.fromkeys(others):
+        if other != given:
             _expect_refused(
                 kit,
                 source,
@@ -344,6 +346,14 @@ def basic_retire(kit: Kit) -> None:
             "a put of a new call after freeze to raise (--tokcap-fence=strict)",
             "it was acked",
             "refuse writes to a frozen rollout",
+            clause="FENCE-1",
+        )
+        step.expect(
+            kit,
+            not step.drop(kit, source, late, before.snapshot_id, before.version, clause="FENCE-1"),
+            "drop of the snapshot taken before an accepted late put to return False",
+            "True",
+            "an accepted write after freeze is a state change: the old snapshot no longer drops",
             clause="FENCE-1",
         )
         after = step.freeze(kit, kit.source(), late, clause="FENCE-1")

@@ -26,6 +26,14 @@ def put_after_freeze(kit: Kit) -> None:
             observed="the put was acked",
             hint="refuse writes to a frozen rollout",
         )
+    # The old snapshot is tried before any new freeze: a store that compares with the version
+    # its latest freeze recorded is right only once that freeze happened.
+    if step.drop(kit, source, rollout, before.snapshot_id, before.version):
+        kit.fail(
+            expected="drop of the snapshot taken before the late put to return False",
+            observed="True: the late entry was retired without ever being consumed",
+            hint="drop must compare the current version, not the one the last freeze saw",
+        )
     after = step.freeze(kit, kit.source(), rollout)
     if after.version == before.version or step.call_of(late) not in {
         entry.model_call_id for entry in after.entries
@@ -34,12 +42,6 @@ def put_after_freeze(kit: Kit) -> None:
             expected="the late entry frozen under a new version",
             observed=f"before: {step.describe(before)}; after: {step.describe(after)}",
             hint="a relaxed fence must bump the version on every accepted write",
-        )
-    if step.drop(kit, source, rollout, before.snapshot_id, before.version):
-        kit.fail(
-            expected="drop of the snapshot taken before the late put to return False",
-            observed="True: the late entry was retired without ever being consumed",
-            hint="drop must compare the current version, not only the snapshot_id",
         )
 
 

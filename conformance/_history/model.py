@@ -332,8 +332,9 @@ def _drop(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step
         return _ok(replace(state, after_refused_drop=True))
     if not exact:
         stale = pair in state.used
+        # An old pair retiring after an accepted late put is FENCE-1's; after a mark, DROP-4's.
         return _refuse(
-            "DROP-4" if stale else "DROP-2",
+            ("FENCE-1" if state.moved_by == "put" else "DROP-4") if stale else "DROP-2",
             "version-stuck" if stale else "lost-ack",
             f"drop{pair} returned True but the rollout is no longer at that snapshot"
             if stale
