@@ -32,6 +32,9 @@ def loses_nothing(kit: Kit) -> None:
     for entry in entries:
         step.put(kit, sink, entry)
     step.mark(kit, sink, rollout, step.call_of(entries[0]))
+    # A call that failed before it put anything leaves a rollout with a mark and no entry.
+    only_marked = kit.rollout_id("marked")
+    step.mark(kit, sink, only_marked, "failed-call")
     error = step.raises(sink.close)
     if error is not None:
         kit.fail(
@@ -47,6 +50,13 @@ def loses_nothing(kit: Kit) -> None:
             observed=step.describe(snapshot),
             hint=_DURABLE_BEFORE_CLOSE,
         )
+    marked = step.freeze(kit, kit.source(), only_marked)
+    if not marked.incomplete:
+        kit.fail(
+            expected="a rollout with only a mark to stay incomplete after close",
+            observed=step.describe(marked),
+            hint=_DURABLE_BEFORE_CLOSE + "; a rollout with no entry still holds its mark",
+        )
 
 
 @basic("CLOSE-2", "closing")
@@ -57,7 +67,16 @@ def basic_closing(kit: Kit) -> None:
     entry = kit.entries.entry(rollout)
     step.put(kit, sink, entry, clause="PUT-1")
     step.mark(kit, sink, rollout, step.call_of(entry), clause="MASK-1")
+    only_marked = kit.rollout_id("close-marked")
+    step.mark(kit, sink, only_marked, "failed-call", clause="MASK-6")
     kit.run(sink.raw.close())
+    step.expect(
+        kit,
+        step.freeze(kit, kit.source(), only_marked).incomplete,
+        "a rollout with only a mark to stay incomplete after close",
+        "incomplete=False",
+        _DURABLE_BEFORE_CLOSE,
+    )
     after = step.freeze(kit, kit.source(), rollout)
     step.expect(
         kit,

@@ -202,6 +202,12 @@ def cut_under_writes(kit: Kit) -> None:
     _judge(kit, events + recorder.events, problems, plan)
 
 
+_SPAWN_4_ROUNDS = 4
+_SPAWN_4_EXTRA_WRITERS = 2
+"""How many times the profile's shared puts each SPAWN-4 writer makes: an unlocked
+read-modify-write or a record written in two pieces loses a race only now and then."""
+
+
 @check("SPAWN-4", "one-and-many-rollouts", covers=("SPAWN-3", "FREEZE-2", "PUT-5"))
 def one_and_many_rollouts(kit: Kit) -> None:
     """Workers writing a shared rollout and one each lose nothing, mix nothing, agree on freezes."""
@@ -209,14 +215,18 @@ def one_and_many_rollouts(kit: Kit) -> None:
         raise NotClaimed(PROCESS_LOCAL)
     plan = budget(kit.settings.profile)
     share = kit.rollout_id("shared")
-    own = [kit.rollout_id(f"own{n}") for n in range(plan.writers)]
+    # More writers than cores, so that the scheduler switches them in the middle of a write.
+    own = [kit.rollout_id(f"own{n}") for n in range(plan.writers + _SPAWN_4_EXTRA_WRITERS)]
     writers: list[list[Action]] = []
     for number, mine in enumerate(own):
         actions: list[Action] = []
-        for k in range(plan.shared_puts):
-            # The same call id in every rollout: a store that mixes rollouts shows it.
-            actions += [_put(kit, share, f"w{number}-{k}"), _put(kit, mine, f"w{number}-{k}")]
-        actions.append(actions[1])
+        puts = _SPAWN_4_ROUNDS * plan.shared_puts
+        # A burst into the shared rollout, every writer at once, then the same call ids into
+        # each writer's own rollout (a store that mixes rollouts shows it), then both again.
+        for calls in (range(puts // 2), range(puts // 2, puts)):
+            actions += [_put(kit, share, f"w{number}-{k}") for k in calls]
+            actions += [_put(kit, mine, f"w{number}-{k}") for k in calls]
+        actions.append(actions[-1])
         writers.append(actions)
     total = sum(_writes(actions) for actions in writers)
     lanes = [Lane(f"writer-{n}", tuple(actions)) for n, actions in enumerate(writers)]

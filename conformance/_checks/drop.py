@@ -38,14 +38,25 @@ def _expect_refused(
 
 @check("DROP-1", "exact-snapshot")
 def exact_snapshot(kit: Kit) -> None:
-    """Drop with the exact snapshot_id and version of the frozen state returns True."""
+    """Drop with the exact snapshot_id and version of the frozen state returns True, for a
+    rollout with entries and for one frozen empty, from a fresh source."""
     _, rollout, snapshot = _frozen(kit)
-    if not step.drop(kit, kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
-        kit.fail(
-            expected="True for the exact current snapshot",
-            observed=f"False for {step.describe(snapshot)}",
-            hint=_COMPARE_STORED,
-        )
+    empty = kit.rollout_id("empty")
+    for label, target, frozen in (
+        ("the exact current snapshot", rollout, snapshot),
+        (
+            "the exact snapshot of a rollout frozen empty",
+            empty,
+            step.freeze(kit, kit.source(), empty),
+        ),
+    ):
+        if not step.drop(kit, kit.source(), target, frozen.snapshot_id, frozen.version):
+            kit.fail(
+                expected=f"True for {label}",
+                observed=f"False for {step.describe(frozen)}",
+                hint=_COMPARE_STORED + "; a freeze of a rollout nobody wrote still names a "
+                "state a consumer can retire",
+            )
 
 
 _LONG_HISTORY = 260
@@ -62,7 +73,7 @@ def long_history(kit: Kit) -> None:
     for _ in range(_LONG_HISTORY):
         step.freeze(kit, source, rollout)
         step.mark(kit, sink, rollout, step.call_of(entry))
-    snapshot = step.freeze(kit, source, rollout)
+    snapshot = step.freeze(kit, kit.source(), rollout)
     if not step.drop(kit, kit.source(), rollout, snapshot.snapshot_id, snapshot.version):
         kit.fail(
             expected=f"True for the exact current snapshot after {_LONG_HISTORY} state changes",
@@ -111,8 +122,10 @@ def unseen_state(kit: Kit) -> None:
 def wrong_snapshot_id(kit: Kit) -> None:
     """Drop with another snapshot_id and the right version returns False."""
     source, rollout, snapshot = _frozen(kit)
-    for other in (snapshot.snapshot_id + "x", "", snapshot.snapshot_id.upper() + "-other"):
-        if other != snapshot.snapshot_id:
+    given = snapshot.snapshot_id
+    others = (given + "x", given + " ", given[:-1], "", given.upper(), given.swapcase())
+    for other in dict.fromkeys(others):
+        if other != given:
             _expect_refused(
                 kit,
                 source,
@@ -210,7 +223,8 @@ def mark_after_freeze(kit: Kit) -> None:
         kit.fail(
             expected="the new snapshot to be incomplete",
             observed=step.describe(current),
-            hint="see MASK-3",
+            hint="a mark after freeze is a state change every source sees",
+            clause="MASK-3",
         )
 
 
@@ -281,14 +295,15 @@ def basic_retire(kit: Kit) -> None:
         _COMPARE_STORED,
         clause="DROP-1",
     )
-    step.expect(
-        kit,
-        step.raises(kit.sink().put, kit.entries.entry(exact)) is not None,
-        "a put after drop to raise",
-        "it was acked",
-        "keep a tombstone for dropped rollouts",
-        clause="FENCE-2",
-    )
+    for endpoint in (kit.sink(), sink):
+        step.expect(
+            kit,
+            step.raises(endpoint.put, kit.entries.entry(exact)) is not None,
+            "a put after drop to raise, from a fresh sink and from the one that wrote before",
+            "it was acked",
+            "keep a tombstone for dropped rollouts, and check it on every put",
+            clause="FENCE-2",
+        )
     try:
         gone = read_snapshot(kit.run(kit.source().raw.freeze(exact)))
     except Exception:
@@ -331,6 +346,14 @@ def basic_retire(kit: Kit) -> None:
             "a put of a new call after freeze to raise (--tokcap-fence=strict)",
             "it was acked",
             "refuse writes to a frozen rollout",
+            clause="FENCE-1",
+        )
+        step.expect(
+            kit,
+            not step.drop(kit, source, late, before.snapshot_id, before.version, clause="FENCE-1"),
+            "drop of the snapshot taken before an accepted late put to return False",
+            "True",
+            "an accepted write after freeze is a state change: the old snapshot no longer drops",
             clause="FENCE-1",
         )
         after = step.freeze(kit, kit.source(), late, clause="FENCE-1")

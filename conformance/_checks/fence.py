@@ -26,6 +26,14 @@ def put_after_freeze(kit: Kit) -> None:
             observed="the put was acked",
             hint="refuse writes to a frozen rollout",
         )
+    # The old snapshot is tried before any new freeze: a store that compares with the version
+    # its latest freeze recorded is right only once that freeze happened.
+    if step.drop(kit, source, rollout, before.snapshot_id, before.version):
+        kit.fail(
+            expected="drop of the snapshot taken before the late put to return False",
+            observed="True: the late entry was retired without ever being consumed",
+            hint="drop must compare the current version, not the one the last freeze saw",
+        )
     after = step.freeze(kit, kit.source(), rollout)
     if after.version == before.version or step.call_of(late) not in {
         entry.model_call_id for entry in after.entries
@@ -35,17 +43,12 @@ def put_after_freeze(kit: Kit) -> None:
             observed=f"before: {step.describe(before)}; after: {step.describe(after)}",
             hint="a relaxed fence must bump the version on every accepted write",
         )
-    if step.drop(kit, source, rollout, before.snapshot_id, before.version):
-        kit.fail(
-            expected="drop of the snapshot taken before the late put to return False",
-            observed="True: the late entry was retired without ever being consumed",
-            hint="drop must compare the current version, not only the snapshot_id",
-        )
 
 
 @check("FENCE-2", "put-after-drop")
 def put_after_drop(kit: Kit) -> None:
-    """After a successful drop, a put for that rollout raises, for a new or an old call."""
+    """After a successful drop, a put for that rollout raises, for a new or an old call, from
+    the sink that wrote it before and from fresh ones."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     first = kit.entries.entry(rollout)
@@ -57,8 +60,12 @@ def put_after_drop(kit: Kit) -> None:
             observed="False",
             hint="see DROP-1",
         )
-    for label, entry in (("a new call", kit.entries.entry(rollout)), ("the dropped call", first)):
-        if step.raises(kit.sink().put, entry) is None:
+    for label, entry, endpoint in (
+        ("a new call", kit.entries.entry(rollout), kit.sink()),
+        ("the dropped call", first, kit.sink()),
+        ("a new call, from the sink that wrote before the drop,", kit.entries.entry(rollout), sink),
+    ):
+        if step.raises(endpoint.put, entry) is None:
             kit.fail(
                 expected=f"a put of {label} after drop to raise",
                 observed="the put was acked into a retired rollout",

@@ -45,20 +45,29 @@ def idempotent(kit: Kit) -> None:
 
 @check("FREEZE-3", "unique-per-call")
 def unique_per_call(kit: Kit) -> None:
-    """Each model_call_id appears once in a snapshot, however often it was put."""
-    sink = kit.sink()
+    """Each model_call_id appears once in a snapshot, however often and however it was put.
+
+    Identical re-puts come in both orders, from the same and a fresh sink; conflicting ones
+    (which may raise, or mask the rollout) come between them.
+    """
+    sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     entries = [kit.entries.entry(rollout, prompt_len=4, generation_len=2) for _ in range(4)]
-    for entry in [*entries, *reversed(entries), entries[0]]:
+    for entry in [*entries, *reversed(entries)]:
         step.put(kit, sink, entry)
-    snapshot = step.freeze(kit, kit.source(), rollout)
-    calls = [entry.model_call_id for entry in snapshot.entries]
-    if sorted(calls) != sorted(entry.model_call_id for entry in entries):
-        kit.fail(
-            expected=f"{len(entries)} entries, one per call id",
-            observed=step.describe(snapshot),
-            hint="key entries by model_call_id, not by arrival",
-        )
+    step.raises(sink.put, kit.entries.variant(entries[1]))
+    step.put(kit, kit.sink(), entries[0])
+    step.raises(kit.sink().put, kit.entries.variant(entries[2]))
+    step.raises(sink.put, entries[1])
+    for snapshot in (step.freeze(kit, kit.source(), rollout), step.freeze(kit, source, rollout)):
+        calls = [entry.model_call_id for entry in snapshot.entries]
+        if sorted(calls) != sorted(step.call_of(entry) for entry in entries):
+            kit.fail(
+                expected=f"{len(entries)} entries, one per call id",
+                observed=step.describe(snapshot),
+                hint="key entries by model_call_id, not by arrival: a re-put, identical or "
+                "conflicting, never adds a second entry for its call",
+            )
 
 
 @check("FREEZE-4", "never-written")

@@ -23,7 +23,8 @@ def _expect_incomplete(kit: Kit, rollout: str, why: str, hint: str) -> None:
 
 @check("MASK-1", "fresh-instance")
 def fresh_instance(kit: Kit) -> None:
-    """A mark is seen by a fresh source instance in this process."""
+    """A mark is seen by a fresh source instance in this process, and by one built before it."""
+    early = kit.source()
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
     step.put(kit, kit.sink(), entry)
@@ -34,6 +35,13 @@ def fresh_instance(kit: Kit) -> None:
         "after mark_incomplete",
         "mark_incomplete must be durable before it returns",
     )
+    seen = step.freeze(kit, early, rollout)
+    if not seen.incomplete:
+        kit.fail(
+            expected="incomplete=True from a source built before the mark",
+            observed=step.describe(seen),
+            hint="a long-lived source must read marks made by any sink since it was built",
+        )
 
 
 @check("MASK-1", "other-process")
@@ -90,20 +98,30 @@ def sticky(kit: Kit) -> None:
 
 @check("MASK-3", "after-freeze")
 def after_freeze(kit: Kit) -> None:
-    """A mark after freeze is accepted and changes the version."""
+    """A mark after freeze is accepted and changes the version, seen by a fresh source and
+    by the long-lived one that froze before it, whichever sink marked."""
     sink, source = kit.sink(), kit.source()
-    rollout = kit.rollout_id()
-    entry = kit.entries.entry(rollout)
-    step.put(kit, sink, entry)
-    before = step.freeze(kit, source, rollout)
-    step.mark(kit, sink, rollout, step.call_of(entry))
-    after = step.freeze(kit, kit.source(), rollout)
-    if not after.incomplete or after.version == before.version:
-        kit.fail(
-            expected="incomplete=True under a new version",
-            observed=f"before: {step.describe(before)}; after: {step.describe(after)}",
-            hint="a mark is a state change: record it after freeze and bump the version",
+    for marker in ("the sink that wrote", "a fresh sink"):
+        rollout = kit.rollout_id()
+        entry = kit.entries.entry(rollout)
+        step.put(kit, sink, entry)
+        before = step.freeze(kit, source, rollout)
+        step.mark(
+            kit,
+            sink if marker == "the sink that wrote" else kit.sink(),
+            rollout,
+            step.call_of(entry),
         )
+        for reader, endpoint in (("a fresh source", kit.source()), ("the same source", source)):
+            after = step.freeze(kit, endpoint, rollout)
+            if not after.incomplete or after.version == before.version:
+                kit.fail(
+                    expected=f"incomplete=True under a new version, frozen by {reader} after "
+                    f"{marker} marked",
+                    observed=f"before: {step.describe(before)}; after: {step.describe(after)}",
+                    hint="a mark is a state change: record it after freeze and bump the "
+                    "version; a source that caches a snapshot must see every later change",
+                )
 
 
 @check("MASK-4", "conflict-masks")
@@ -249,15 +267,18 @@ def basic_masking(kit: Kit) -> None:
     step.put(kit, sink, fresh_entry, clause="PUT-1")
     clean = step.freeze(kit, source, fresh, clause="FREEZE-1")
     step.mark(kit, kit.sink(), fresh, step.call_of(fresh_entry), clause="MASK-3")
-    after = step.freeze(kit, kit.source(), fresh, clause="MASK-3")
-    step.expect(
-        kit,
-        after.incomplete and after.version != clean.version,
-        "a mark after freeze to show under a new version",
-        f"before: {step.describe(clean)}; after: {step.describe(after)}",
-        "a mark is a state change: bump the version",
-        clause="MASK-3",
-    )
+    for endpoint in (kit.source(), source):
+        after = step.freeze(kit, endpoint, fresh, clause="MASK-3")
+        step.expect(
+            kit,
+            after.incomplete and after.version != clean.version,
+            "a mark after freeze to show under a new version, to a fresh source and to the "
+            "one that froze before",
+            f"before: {step.describe(clean)}; after: {step.describe(after)}",
+            "a mark is a state change: bump the version, and let no source serve a snapshot "
+            "it kept from before",
+            clause="MASK-3",
+        )
     stale = kit.rollout_id("mask-stale")
     stale_entry = kit.entries.entry(stale)
     step.put(kit, sink, stale_entry, clause="PUT-1")

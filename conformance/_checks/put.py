@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from conformance import _steps as step
 from conformance._entries import ODD_CALL_IDS
-from conformance._kit import Kit
+from conformance._kit import Endpoint, Kit
 from conformance._reading import SnapshotView, Unreadable, entry_view, record_fields
 from conformance._registry import basic, check
 from conformance.strategies import model_call_ids, token_entry_fields
@@ -104,6 +104,7 @@ def exact_round_trip(kit: Kit) -> None:
     rollout = entry_view(big).rollout_id
     step.put(kit, sink, big)
     _expect_round_trip(kit, big, step.freeze(kit, source, rollout))
+    _edited_after_put(kit, sink)
     plain_calls = st.integers(0, 2**20).map(lambda n: f"gen-{n}")
 
     @_property_settings(20)
@@ -115,6 +116,40 @@ def exact_round_trip(kit: Kit) -> None:
         _expect_round_trip(kit, entry, step.freeze(kit, kit.source(), target))
 
     step.run_property(kit, round_trip)
+
+
+def _edited_after_put(kit: Kit, sink: Endpoint) -> None:
+    """An entry the caller edits in place once put returned still freezes as it was put.
+
+    A framework may stamp fields on its own (mutable) record after the put; a store that kept
+    a reference to the caller's lists instead of a copy hands back the edit.
+    """
+    entry = kit.entries.entry(kit.rollout_id("edited"))
+    sent = entry_view(entry)
+    step.put(kit, sink, entry)
+    if not _edit_lists(entry):
+        return
+    got = step.freeze(kit, kit.source(), sent.rollout_id).entry_for(sent.model_call_id)
+    if got is None or got.payload != sent.payload:
+        kit.fail(
+            expected="the entry frozen as it was when put returned",
+            observed="it shows the caller's later edits to its lists"
+            if got is not None
+            else "the call is missing",
+            hint="copy the entry's lists (or its encoded bytes) before put returns; never keep "
+            "a reference to the caller's object",
+        )
+
+
+def _edit_lists(entry: Any) -> bool:
+    """Change values inside the entry's own lists, in place; False when it has none to edit."""
+    edited = False
+    for name in ("prompt_token_ids", "generation_token_ids", "generation_log_probs"):
+        values = entry.get(name) if isinstance(entry, dict) else getattr(entry, name, None)
+        if isinstance(values, list) and values:
+            values[0] = -9.0 if name == "generation_log_probs" else values[0] + 1
+            edited = True
+    return edited
 
 
 @check("PUT-3", "identical-reput")
@@ -147,6 +182,56 @@ def identical_reput(kit: Kit) -> None:
             observed="False",
             hint="an identical re-put after freeze must not move the version",
         )
+    _identical_hazards(kit)
+    _identical_among_others(kit)
+
+
+def _identical_among_others(kit: Kit) -> None:
+    """An identical re-put awaited together with puts of new calls, on one sink, is a no-op
+    and the new calls are stored: a store that batches concurrent puts handles both kinds."""
+    sink = kit.sink()
+    rollout = kit.rollout_id("together")
+    first, *others = (kit.entries.entry(rollout, prompt_len=8, generation_len=4) for _ in range(3))
+    step.put(kit, sink, first)
+    copy = kit.entries.build(**record_fields(first))
+    errors = [
+        error
+        for error in kit.gather(sink.raw.put(copy), *(sink.raw.put(e) for e in others))
+        if isinstance(error, BaseException)
+    ]
+    snapshot = step.freeze(kit, kit.source(), rollout)
+    if errors or snapshot.incomplete or step.payloads(snapshot) != step.sent([first, *others]):
+        kit.fail(
+            expected="an identical re-put and two new puts, awaited together, to leave three "
+            "clean entries",
+            observed=kit.redact("; ".join(f"{type(e).__name__}: {e}" for e in errors))
+            or step.describe(snapshot),
+            hint="a no-op re-put inside a batch of concurrent puts must not end or shift the batch",
+        )
+
+
+def _identical_hazards(kit: Kit) -> None:
+    """Entries with unicode, ``-inf``, ``-0.0`` and extra fields, re-put as equal copies.
+
+    An entry the store cannot keep even once is PUT-2's to judge, so it is skipped here.
+    """
+    for _ in range(3):
+        entry = kit.entries.hazardous(kit.rollout_id("hazard"), prompt_len=32, generation_len=8)
+        if not _round_trips(kit, entry):
+            continue
+        rollout = entry_view(entry).rollout_id
+        copy = kit.entries.build(**record_fields(entry))
+        step.put(kit, kit.sink(), entry)
+        step.put(kit, kit.sink(), copy)
+        snapshot = step.freeze(kit, kit.source(), rollout)
+        if snapshot.incomplete or step.payloads(snapshot) != step.sent([entry]):
+            kit.fail(
+                expected="an equal copy of an entry with unicode, -inf, -0.0 and extra fields "
+                "to be a no-op: one clean entry",
+                observed=step.describe(snapshot),
+                hint="judge identity by the payload's exact values, encoded the way the store "
+                "keeps them, not by a second encoding (ASCII escapes against UTF-8, say)",
+            )
 
 
 @check("PUT-4", "conflicting-reput")

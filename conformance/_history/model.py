@@ -72,8 +72,9 @@ class ModelRollout:
     after_refused_drop: bool = False
     """Whether the latest operation was a refused drop, which must have destroyed nothing."""
     masked_by: frozenset[str] = frozenset()
-    """What made the rollout incomplete: ``mark`` (of a call with an entry), ``other-mark`` (of
-    a call with none, or ``""``), ``conflict``: a lost flag breaks MASK-1, MASK-6 or MASK-4."""
+    """What made the rollout incomplete: ``mark`` (of a call with an entry), ``late-mark`` (any
+    mark after a freeze), ``other-mark`` (of a call with none, or ``""``), ``conflict``: a lost
+    flag breaks MASK-1, MASK-3, MASK-6 or MASK-4."""
     seen_masked: bool = False
     """Whether a freeze already showed it incomplete: a clean freeze after that breaks MASK-2."""
 
@@ -157,6 +158,8 @@ def _lost_mask(state: ModelRollout) -> str:
         return "MASK-2"
     if "mark" in state.masked_by:
         return "MASK-1"
+    if "late-mark" in state.masked_by:
+        return "MASK-3"
     return "MASK-6" if "other-mark" in state.masked_by else "MASK-4"
 
 
@@ -212,6 +215,8 @@ def _mark(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step
         if state.dropped:
             return _ok(state)
         return _refuse("MASK-6", "refused", "mark_incomplete raised on a live rollout")
+    if state.fenced:
+        return _ok(_masked(state, "late-mark"))
     return _ok(_masked(state, "mark" if state.payload(event.call_id) else "other-mark"))
 
 
@@ -327,8 +332,9 @@ def _drop(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step
         return _ok(replace(state, after_refused_drop=True))
     if not exact:
         stale = pair in state.used
+        # An old pair retiring after an accepted late put is FENCE-1's; after a mark, DROP-4's.
         return _refuse(
-            "DROP-4" if stale else "DROP-2",
+            ("FENCE-1" if state.moved_by == "put" else "DROP-4") if stale else "DROP-2",
             "version-stuck" if stale else "lost-ack",
             f"drop{pair} returned True but the rollout is no longer at that snapshot"
             if stale

@@ -36,6 +36,7 @@ __all__ = [
     "mark",
     "payloads",
     "put",
+    "put_held",
     "raises",
     "reread",
     "run_property",
@@ -63,6 +64,29 @@ def put(kit: Kit, sink: Endpoint, entry: Any, *, clause: str | None = None) -> N
     view = entry_view(entry)
     doing = f"put of call {view.model_call_id!r} into {view.rollout_id}"
     _step(kit, blamed, doing, sink.put, entry)
+
+
+def put_held(
+    kit: Kit,
+    sink: Endpoint,
+    entry: Any,
+    release: Callable[[], None],
+    *,
+    clause: str | None = None,
+) -> None:
+    """Put ``entry`` and call ``release()`` the instant put returns, before the event loop
+    runs anything else; ``release`` may block, holding the loop still. Errors as :func:`put`.
+    """
+    __tracebackhide__ = True
+    blamed = kit.blame(clause)
+    view = entry_view(entry)
+    doing = f"put of call {view.model_call_id!r} into {view.rollout_id}"
+
+    async def put() -> None:  # named so the deadline's breaker knows the operation
+        await sink.raw.put(entry)
+        release()
+
+    _step(kit, blamed, doing, kit.run, put())
 
 
 def mark(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import ClassVar
 
 from base import BaseStore, RolloutFileState
@@ -45,4 +46,26 @@ class CloseRevokesMarks(BaseStore):
             with self.transaction(rollout_id) as state:
                 if not state.retired:
                     state.incomplete = False
+        await super().close()
+
+
+class TidiesEmptyRolloutsOnClose(BaseStore):
+    """CLOSE-2: close removes the state of rollouts that hold no entry, marks and all.
+
+    A tidy-up meant for rollouts that were opened and never used also takes those whose only
+    call failed before it put anything, so their mark is gone and they freeze clean.
+    """
+
+    breaks: ClassVar[str] = "CLOSE-2"
+
+    async def close(self) -> None:
+        folder = os.path.join(self.root, "rollouts")
+        for name in os.listdir(folder):
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            rollout_id = name.removesuffix(".json")
+            with self.locked(rollout_id):
+                state = self.load(rollout_id)
+                if not state.entries and not state.retired and not state.frozen:
+                    os.unlink(os.path.join(folder, name))
         await super().close()

@@ -6,6 +6,8 @@ from typing import ClassVar
 
 from base import BaseStore, RelaxedFileStore, RolloutFileState
 
+from tokcap_spec.records import TokenEntry
+
 
 class LateWriteKeepsVersion(BaseStore):
     """FENCE-1: a new call after freeze is stored without bumping the version.
@@ -80,3 +82,25 @@ class RetryAckedAfterDrop(BaseStore):
         if state.entries.get(call) == payload:
             return
         super().apply_put(rollout_id, state, call, payload)
+
+
+class TrustsItsOwnRollouts(RelaxedFileStore):
+    """FENCE-2: a sink skips the tombstone check for rollouts it wrote itself.
+
+    The check costs a read per put, so the sink remembers the rollouts it already wrote and
+    treats them as live; one that another instance dropped since takes the late write.
+    """
+
+    breaks: ClassVar[str] = "FENCE-2"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._written: set[str] = set()
+
+    def refuse_retired(self, rollout_id: str, state: RolloutFileState) -> None:
+        if rollout_id not in self._written:
+            super().refuse_retired(rollout_id, state)
+
+    def write(self, entry: TokenEntry) -> None:
+        super().write(entry)
+        self._written.add(entry.rollout_id)

@@ -192,3 +192,22 @@ class ReadThenFence(BaseStore):
             self.apply_freeze(rollout_id, state)
             found = self.snapshot(rollout_id, state)
         return _with(found, entries=tuple(self.decode(stored) for stored in seen.entries.values()))
+
+
+class ConflictKeptBeside(BaseStore):
+    """FREEZE-3: a conflicting re-put masks the rollout and is kept beside the first payload.
+
+    Keeping both versions as evidence is well meant, but the snapshot then lists the call
+    twice, and a consumer that builds turns by call id gets one turn two ways.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-3"
+
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
+        known = state.entries.get(call)
+        if known is not None and known != payload:
+            state.incomplete = True
+            state.entries[f"{call}\x00conflict-{len(state.entries)}"] = payload
+            self.bump(state)
+            return
+        super().apply_put(rollout_id, state, call, payload)

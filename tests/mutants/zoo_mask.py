@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import ClassVar
 
@@ -249,3 +250,25 @@ class MarksOnlyKnownCalls(BaseStore):
     def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         if call in state.entries:
             super().apply_mark(rollout_id, state, call)
+
+
+class SourceCachesByEntryCount(BaseStore):
+    """MASK-3: a source keeps each snapshot it returned while the entry count is unchanged.
+
+    Counting entries is a cheap way to tell that a rollout changed, but a mark adds none, so
+    a long-lived source keeps answering the clean snapshot it froze before the mark.
+    """
+
+    breaks: ClassVar[str] = "MASK-3"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._kept: dict[str, TokenCaptureSnapshot] = {}
+
+    async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
+        found = await super().freeze(rollout_id)
+        kept = self._kept.get(rollout_id)
+        if kept is not None and len(kept.entries) == len(found.entries):
+            return copy.deepcopy(kept)
+        self._kept[rollout_id] = copy.deepcopy(found)
+        return found
