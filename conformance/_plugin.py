@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from conformance import _interrupt as interrupt
 from conformance import _outcomes as outcomes
 from conformance import _secrecy as secrecy
 from conformance._probe import distribution_of, kit_version, probe_target
@@ -32,6 +34,7 @@ __all__ = ["SETTINGS_KEY", "SUITE", "VERDICTS_KEY", "tokcap_run"]
 SETTINGS_KEY = pytest.StashKey[KitSettings]()
 VERDICTS_KEY = pytest.StashKey[Verdicts]()
 SCRATCH_KEY = pytest.StashKey[Path]()
+WRITTEN_KEY = pytest.StashKey[bool]()
 SUITE = Path(__file__).with_name("_suite") / "test_contract.py"
 
 
@@ -50,6 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"tokcap: {exc}") from None
     if settings is None:
         return
+    interrupt.install()
     secrecy.keep(settings.secrets)
     _keep_hypothesis_out_of_the_project()
     from tokcap_spec import SPEC_REVISION
@@ -66,7 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
             probe_target(settings)
         except pytest.UsageError:
             verdicts.run.finish("interrupted", "usage error: the target cannot be built")
-            _write_reports(verdicts, settings)
+            _write_reports(config, verdicts, settings)
             raise
     _collect_suite(config)
     from conformance._verdict import VerdictHooks
@@ -190,22 +194,52 @@ def pytest_runtest_makereport(
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
     config = session.config
     verdicts = config.stash.get(VERDICTS_KEY, None)
+    if verdicts is not None:
+        interrupt.wind_down()
+        _stop_what_the_kit_started()
     if verdicts is not None and not hasattr(config, "workerinput"):
         from conformance._verdict import conclude
 
         conclude(session, verdicts)
+        if interrupt.received():
+            verdicts.run.finish("interrupted", f"terminated by {interrupt.received()}")
     try:
         return (yield)
     finally:
         settings = config.stash.get(SETTINGS_KEY, None)
         if verdicts is not None and settings is not None and not hasattr(config, "workerinput"):
-            _write_reports(verdicts, settings)
+            _write_reports(config, verdicts, settings)
         judged = settings.judged_directory if settings is not None else None
         if judged is not None:
             shutil.rmtree(judged, ignore_errors=True)
 
 
-def _write_reports(verdicts: Verdicts, settings: KitSettings) -> None:
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A run interrupted before its session finished (while the target was being built, say)
+    still writes its reports, stops what it started and gives the signals back."""
+    verdicts = config.stash.get(VERDICTS_KEY, None)
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if verdicts is not None and settings is not None:
+        interrupt.wind_down()
+        _stop_what_the_kit_started()
+        if not config.stash.get(WRITTEN_KEY, False) and not hasattr(config, "workerinput"):
+            signal = interrupt.received()
+            reason = f"terminated by {signal}" if signal else "interrupted before the checks ran"
+            verdicts.run.finish("interrupted", reason)
+            _write_reports(config, verdicts, settings)
+    interrupt.restore()
+
+
+def _stop_what_the_kit_started() -> None:
+    """Stop every check thread and spawned worker still running: none runs on after the verdict."""
+    if "conformance._deadline" in sys.modules:
+        from conformance._deadline import stop_checks
+
+        stop_checks()
+
+
+def _write_reports(config: pytest.Config, verdicts: Verdicts, settings: KitSettings) -> None:
+    config.stash[WRITTEN_KEY] = True
     if settings.report is not None:
         verdicts.write_json(settings.report)
     if settings.report_md is not None:

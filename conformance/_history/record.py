@@ -244,7 +244,7 @@ class Workload:
         meeting = self._supervisor.meeting
         if meeting.broken:
             return
-        self._supervisor.watch(until=lambda: meeting.steps.value >= writes)
+        self._supervisor.watch(until=lambda: meeting.steps >= writes)
 
     def finish(self) -> tuple[list[Event], list[str]]:
         """Wait for every lane; return all events and a line per lane that went wrong."""
