@@ -54,6 +54,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings is None:
         return
     interrupt.install()
+    # A cleanup, not a hook: an interrupt during this function stops pluggy registering the
+    # hooks that follow it, but never the config's cleanups.
+    config.add_cleanup(lambda: _finish_unfinished(config))
     secrecy.keep(settings.secrets)
     _keep_hypothesis_out_of_the_project()
     from tokcap_spec import SPEC_REVISION
@@ -214,7 +217,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[
             shutil.rmtree(judged, ignore_errors=True)
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
+def _finish_unfinished(config: pytest.Config) -> None:
     """A run interrupted before its session finished (while the target was being built, say)
     still writes its reports, stops what it started and gives the signals back."""
     verdicts = config.stash.get(VERDICTS_KEY, None)

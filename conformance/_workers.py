@@ -251,6 +251,8 @@ class _Child:
     heard: bool = False
     """Whether the child said anything yet: until then it is starting its interpreter."""
     ready: bool = False
+    waiting: bool = False
+    """Whether the child said it waits for its siblings' steps (``idle``)."""
     acked: int = 0
     """Operations the child reported acknowledged when it began its latest call."""
     result: WorkerOutcome | None = None
@@ -355,6 +357,8 @@ class Supervisor:
             waits = [child.conn for child in live] + [child.process.sentinel for child in live]
             ready = wait(waits, self._time_left(live))
             for child in live:
+                if child.over:
+                    continue  # a sibling's end stopped it meanwhile
                 if child.conn in ready or child.process.sentinel in ready:
                     self._read(child)
             self._enforce(live)
@@ -394,6 +398,7 @@ class Supervisor:
             while child.conn.poll():
                 message = child.conn.recv()
                 child.heard, self._heard = True, time.monotonic()
+                child.waiting = message[0] == "idle"
                 if message[0] == "call":
                     child.doing, child.where, child.acked = message[1], message[2], message[3]
                     child.since = time.monotonic()
@@ -439,8 +444,8 @@ class Supervisor:
             for child in stuck:
                 _kill(child.process)
                 child.problem = (
-                    f"{child.name} stopped: it waited {self.seconds:g} s{_during(child)} "
-                    "for siblings that made no progress"
+                    f"{child.name} stopped: no sibling made progress in {self.seconds:g} s"
+                    f"{_during(child)}"
                 )
                 self.meeting.gone(child.index)
             self.meeting.abort()
@@ -462,8 +467,10 @@ def _during(child: _Child) -> str:
         return f" during {deadline.label(child.doing)}{where}"
     if not child.heard:
         return " while starting"
+    if child.waiting:
+        return " while it waited for its siblings' steps"
     if child.ready and child.doing.startswith("the constructor"):
-        return " while waiting to start its calls"
+        return " while it waited for the start"
     return f" after {deadline.label(child.doing)}{where}"
 
 
