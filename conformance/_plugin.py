@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from conformance import _channels as channels
 from conformance import _interrupt as interrupt
 from conformance import _outcomes as outcomes
 from conformance import _secrecy as secrecy
@@ -58,6 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # hooks that follow it, but never the config's cleanups.
     config.add_cleanup(lambda: _finish_unfinished(config))
     secrecy.keep(settings.secrets)
+    channels.mask_hooks()
     _keep_hypothesis_out_of_the_project()
     from tokcap_spec import SPEC_REVISION
 
@@ -179,6 +181,24 @@ def tokcap_run(request: pytest.FixtureRequest, _tokcap_temp: None) -> Callable[[
         outcomes.judge(settings, check, request.node.user_properties)
 
     return run
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_warning_recorded(warning_message: Any) -> None:
+    """Mask every secret in a warning (pytest's about thread and unraisable exceptions too)."""
+    channels.mask_warning(warning_message)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Mask every secret in what the logging handlers pytest installed emit."""
+    channels.mask_logging(session.config.pluginmanager.get_plugin("logging-plugin"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    """Mask every secret in the message of an interrupt before the terminal shows it."""
+    channels.mask_exception(excinfo.value)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from conformance._channels import fd_output_masked
 from conformance._deadline import Overrun, Watch, watched
 from conformance._secrecy import scrub
 from conformance._settings import KitSettings
@@ -57,12 +58,17 @@ def distribution_of(target: str) -> dict[str, str]:
 def probe_target(settings: KitSettings) -> None:
     """Import and build the sink and the source once; raise ``pytest.UsageError`` if one fails.
 
-    What the target prints meanwhile is passed on with the run's secrets masked: no test has
-    started, so pytest's capture would show it as it is.
+    What the target prints or writes meanwhile, its child processes included, is passed on
+    with the run's secrets masked: no test has started, so pytest's capture would show it as
+    it is.
     """
     printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        with (
+            fd_output_masked(),
+            contextlib.redirect_stdout(printed),
+            contextlib.redirect_stderr(printed),
+        ):
             _probe(settings)
     finally:
         if printed.getvalue():
