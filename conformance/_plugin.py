@@ -13,7 +13,8 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,8 @@ from conformance import _channels as channels
 from conformance import _interrupt as interrupt
 from conformance import _outcomes as outcomes
 from conformance import _secrecy as secrecy
+from conformance import _tempdir as tempdir
+from conformance._leftovers import WorkingDirectory, become_subreaper, live_children
 from conformance._probe import distribution_of, kit_version, probe_target
 from conformance._report import Verdicts
 from conformance._settings import KitSettings, Option, SettingsError, resolve_settings
@@ -35,6 +38,7 @@ __all__ = ["SETTINGS_KEY", "SUITE", "VERDICTS_KEY", "tokcap_run"]
 SETTINGS_KEY = pytest.StashKey[KitSettings]()
 VERDICTS_KEY = pytest.StashKey[Verdicts]()
 SCRATCH_KEY = pytest.StashKey[Path]()
+CWD_KEY = pytest.StashKey[WorkingDirectory]()
 WRITTEN_KEY = pytest.StashKey[bool]()
 SUITE = Path(__file__).with_name("_suite") / "test_contract.py"
 
@@ -70,6 +74,8 @@ def pytest_configure(config: pytest.Config) -> None:
     }
     config.stash[SETTINGS_KEY] = settings
     config.stash[VERDICTS_KEY] = verdicts
+    if not config.option.collectonly:
+        _keep_the_target_in_scratch(config)
     if not config.option.collectonly and not hasattr(config, "workerinput"):
         try:
             probe_target(settings)
@@ -93,6 +99,45 @@ def _scratch(config: pytest.Config) -> Path:
             config.stash[SCRATCH_KEY] = Path(tempfile.mkdtemp(prefix="tokcap-"))
             config.add_cleanup(lambda: shutil.rmtree(config.stash[SCRATCH_KEY], True))
     return config.stash[SCRATCH_KEY]
+
+
+def _keep_the_target_in_scratch(config: pytest.Config) -> None:
+    """Point the target's temporary files into the run's basetemp, and note the working
+    directory's files and adopt orphaned processes, to name what the target leaves behind."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is not None:
+        folder = factory.mktemp("tokcap-tmp")
+    else:  # the tmpdir plugin is disabled: a directory of our own, removed at the end
+        folder = Path(tempfile.mkdtemp(prefix="tokcap-tmp-"))
+        config.add_cleanup(lambda: shutil.rmtree(folder, True))
+    config.add_cleanup(tempdir.redirect(folder))
+    config.stash[CWD_KEY] = WorkingDirectory(Path.cwd())
+    become_subreaper()
+
+
+def _left_behind(config: pytest.Config, settings: KitSettings) -> list[str]:
+    """Warnings about files the run made in the working directory outside its own outputs,
+    and about processes still running that the kit did not start."""
+    found = []
+    before = config.stash.get(CWD_KEY, None)
+    if before is not None:
+        outputs = [p for p in (settings.report, settings.report_md) if p is not None]
+        outputs += [p.parent / f".{p.name}.partial" for p in outputs]
+        for option in ("xmlpath", "log_file"):
+            if getattr(config.option, option, None):
+                outputs.append(Path(getattr(config.option, option)))
+        factory = getattr(config, "_tmp_path_factory", None)
+        if factory is not None:
+            outputs.append(factory.getbasetemp())
+        if settings.report is not None:  # timelines of failed concurrency checks
+            outputs += settings.report.parent.glob("*-timeline.html")
+        for name in before.new_files(outputs):
+            found.append(f"the target left {name} in the working directory {before.root}")
+    if not config.pluginmanager.has_plugin("dsession"):  # an xdist controller's children
+        tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
+        for process in live_children([tracker] if tracker else []):
+            found.append(f"{process} was still running when the run ended")
+    return found
 
 
 def _keep_hypothesis_out_of_the_project() -> None:
@@ -160,17 +205,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return lines
 
 
-@pytest.fixture(scope="session")
-def _tokcap_temp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Whatever a check or the target puts in a temporary directory lands in pytest's basetemp."""
-    before = tempfile.tempdir
-    tempfile.tempdir = str(tmp_path_factory.mktemp("tokcap-tmp"))
-    yield
-    tempfile.tempdir = before
-
-
 @pytest.fixture
-def tokcap_run(request: pytest.FixtureRequest, _tokcap_temp: None) -> Callable[[Check], None]:
+def tokcap_run(request: pytest.FixtureRequest) -> Callable[[Check], None]:
     """Run one registered check against the target named on the command line."""
     settings = request.config.stash.get(SETTINGS_KEY, None)
     if settings is None:
@@ -181,6 +217,14 @@ def tokcap_run(request: pytest.FixtureRequest, _tokcap_temp: None) -> Callable[[
         outcomes.judge(settings, check, request.node.user_properties)
 
     return run
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Name what the target left behind, after the verdict."""
+    verdicts = config.stash.get(VERDICTS_KEY, None)
+    for warning in verdicts.warnings if verdicts is not None else []:
+        terminalreporter.write_line(f"tokcap warning: {secrecy.scrub(warning)}")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -223,6 +267,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[
     if verdicts is not None and not hasattr(config, "workerinput"):
         from conformance._verdict import conclude
 
+        verdicts.warnings += _left_behind(config, config.stash[SETTINGS_KEY])
         conclude(session, verdicts)
         if interrupt.received():
             verdicts.run.finish("interrupted", f"terminated by {interrupt.received()}")
