@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from conformance import _constructions as constructions
+
 __all__ = [
     "TRIPS",
     "Overrun",
@@ -173,16 +175,24 @@ class Watch:
         self.abandoned: BaseException | None = None
         self._current: tuple[str, float] | None = None
 
-    def call(self, names: list[str]) -> _Marked:
+    def call(self, names: list[str]) -> _Marked | constructions.Span:
         """Mark a call that may use the operations ``names`` (refused if the breaker says so).
 
-        Use as ``with watch.call(["put"]): ...``.
+        Use as ``with watch.call(["put"]): ...``. A call that builds the target has a
+        deadline per construction (:mod:`conformance._constructions`).
         """
         __tracebackhide__ = True
         if self.abandoned is not None:
             raise self.abandoned
         breaker.check(names)
-        return _Marked(self, names[0] if len(set(names)) == 1 else "")
+        name = names[0] if len(set(names)) == 1 else ""
+        if name.startswith(constructions.PREFIX):
+            return constructions.Span(self, name)
+        return _Marked(self, name)
+
+    def rearm(self, name: str | None) -> None:
+        """Start the deadline of the call ``name`` now; None marks no call in progress."""
+        self._current = None if name is None else (name, time.monotonic())
 
     def clause_of(self, operation: str) -> str:
         """The clause an overrun of ``operation`` fails: what ``blame`` names for it when the

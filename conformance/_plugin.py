@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from conformance import _channels as channels
+from conformance import _constructions as constructions
 from conformance import _interrupt as interrupt
 from conformance import _outcomes as outcomes
 from conformance import _secrecy as secrecy
 from conformance import _tempdir as tempdir
 from conformance._leftovers import WorkingDirectory, become_subreaper, live_children
-from conformance._probe import distribution_of, kit_version, probe_target
+from conformance._probe import distribution_of, expected_duration, kit_version, probe_target
 from conformance._report import Verdicts
 from conformance._settings import KitSettings, Option, SettingsError, resolve_settings
 
@@ -40,6 +41,8 @@ VERDICTS_KEY = pytest.StashKey[Verdicts]()
 SCRATCH_KEY = pytest.StashKey[Path]()
 CWD_KEY = pytest.StashKey[WorkingDirectory]()
 WRITTEN_KEY = pytest.StashKey[bool]()
+BUILT = "tokcap-constructions"
+"""The property of a test's report that counts the constructions it made."""
 SUITE = Path(__file__).with_name("_suite") / "test_contract.py"
 
 
@@ -78,7 +81,9 @@ def pytest_configure(config: pytest.Config) -> None:
         _keep_the_target_in_scratch(config)
     if not config.option.collectonly and not hasattr(config, "workerinput"):
         try:
-            probe_target(settings)
+            expectation = expected_duration(settings, probe_target(settings))
+            if expectation:
+                sys.stderr.write(expectation + "\n")
         except pytest.UsageError:
             verdicts.run.finish("interrupted", "usage error: the target cannot be built")
             _write_reports(config, verdicts, settings)
@@ -87,6 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from conformance._verdict import VerdictHooks
 
     config.pluginmanager.register(VerdictHooks(config, verdicts), "tokcap-verdict")
+    config.pluginmanager.register(_Constructions(verdicts), "tokcap-constructions")
 
 
 def _scratch(config: pytest.Config) -> Path:
@@ -254,7 +260,22 @@ def pytest_runtest_makereport(
     from conformance._verdict import scrub_report
 
     scrub_report(report)
+    built = constructions.take()
+    if built:  # this report's own list: the item's is shared by its three phases
+        report.user_properties = [*report.user_properties, (BUILT, built)]
     return report
+
+
+class _Constructions:
+    """Adds up the constructions each test reports, here or on an xdist worker."""
+
+    def __init__(self, verdicts: Verdicts) -> None:
+        self.verdicts = verdicts
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.verdicts.constructions += sum(
+            int(str(value)) for key, value in report.user_properties if key == BUILT
+        )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -268,6 +289,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[
         from conformance._verdict import conclude
 
         verdicts.warnings += _left_behind(config, config.stash[SETTINGS_KEY])
+        verdicts.constructions += constructions.take()
         conclude(session, verdicts)
         if interrupt.received():
             verdicts.run.finish("interrupted", f"terminated by {interrupt.received()}")

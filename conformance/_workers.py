@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
+from conformance import _constructions as constructions
 from conformance import _deadline as deadline
 from conformance._secrecy import keep, scrub
 from conformance._settings import DEFAULT_ENTRY_CLASS
@@ -402,6 +403,8 @@ class Supervisor:
                 if message[0] == "call":
                     child.doing, child.where, child.acked = message[1], message[2], message[3]
                     child.since = time.monotonic()
+                    if child.doing.startswith(constructions.PREFIX):
+                        constructions.count()
                 elif message[0] == "idle":
                     child.since = None
                 elif message[0] == "ready":
@@ -512,7 +515,7 @@ def _outcome(child: _Child) -> WorkerOutcome:
 
 def constructor(target: str) -> str:
     """How a watch names building ``target``."""
-    return f"the constructor of {target}"
+    return f"{constructions.PREFIX}{target}"
 
 
 def _failure(exc: BaseException) -> str:
