@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -78,8 +78,9 @@ class _MaskedRepr:
         return self._text
 
 
-def mask_hooks() -> None:
-    """Mask what the interpreter's hooks get of exceptions in threads and unraisable ones.
+def mask_hooks() -> Callable[[], None]:
+    """Mask what the interpreter's hooks get of exceptions in threads and unraisable ones;
+    return what puts the hooks back.
 
     The hooks in place (pytest's, which turn them into warnings) still run; they see the
     exception with its text masked.
@@ -105,6 +106,11 @@ def mask_hooks() -> None:
 
     sys.unraisablehook = masked_unraisable
     threading.excepthook = masked_excepthook
+
+    def restore() -> None:
+        sys.unraisablehook, threading.excepthook = unraisable, excepthook
+
+    return restore
 
 
 class _MaskingFilter(logging.Filter):
@@ -149,7 +155,11 @@ def fd_output_masked() -> Iterator[None]:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
-        saved = [os.dup(1), os.dup(2)]
+        try:
+            saved = [os.dup(1), os.dup(2)]
+        except OSError:  # a standard stream is closed: nothing can be written to it anyway
+            yield
+            return
         try:
             os.dup2(held.fileno(), 1)
             os.dup2(held.fileno(), 2)

@@ -66,7 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # hooks that follow it, but never the config's cleanups.
     config.add_cleanup(lambda: _finish_unfinished(config))
     secrecy.keep(settings.secrets)
-    channels.mask_hooks()
+    config.add_cleanup(channels.mask_hooks())
     _keep_hypothesis_out_of_the_project()
     from tokcap_spec import SPEC_REVISION
 

@@ -482,7 +482,7 @@ def _kill(process: Any) -> None:
     pid = process.pid
     if pid is None:
         return
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, AttributeError):  # no process groups on Windows
         os.killpg(pid, signal.SIGKILL)
     if process.is_alive():
         process.kill()
@@ -569,7 +569,7 @@ def _bind_to_parent(parent: int) -> None:
     was killed with SIGKILL or this child holds the GIL; elsewhere a thread watches the
     parent. A parent already gone by now ends the child at once.
     """
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, AttributeError):  # no process groups on Windows
         os.setpgid(0, 0)
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
