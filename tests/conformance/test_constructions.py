@@ -13,6 +13,7 @@ from modules_on_disk import importable
 from conformance import _constructions as constructions
 from conformance._deadline import Watch, watched
 from conformance._probe import CONSTRUCTIONS
+from tokcap_pytest import DEFAULT_SEED
 from tokcap_spec.config import TokenIdCaptureConfig, TokenIdCaptureSettings
 
 BUILD_SECONDS = 1.2
@@ -87,13 +88,14 @@ def test_a_slow_target_passes_build_1_and_is_told_the_run_it_faces(
 def test_the_expected_count_of_constructions_is_what_a_run_makes(
     pytester: pytest.Pytester, profile: str
 ) -> None:
-    """The count start-up quotes is what a whole run against the reference store reports."""
+    """The count start-up quotes is what a run against the reference store reports (its seed)."""
     result = pytester.runpytest_subprocess(
         "-p",
         "no:cacheprovider",
         "--tokcap-sink=reference:FileTokenStore",
         '--tokcap-sink-kwargs={"root": "{tmp_path}"}',
         f"--tokcap-profile={profile}",
+        f"--tokcap-seed={DEFAULT_SEED}",
         "--tokcap-report=r.json",
     )
     assert result.ret == pytest.ExitCode.OK
