@@ -24,7 +24,7 @@ checkout, past which new files may go unseen."""
 
 _SKIPPED = frozenset(
     {".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
-    | {".tox", ".nox", ".venv", "venv", "node_modules"}
+    | {".tox", ".nox", ".venv", "venv", "node_modules", ".hypothesis"}
 )
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -54,6 +54,8 @@ def _files(root: Path) -> set[str]:
     for folder, folders, files in os.walk(root):
         folders[:] = [name for name in folders if name not in _SKIPPED]
         for name in files:
+            if name.startswith(".coverage"):  # coverage's data, written as the session ends
+                continue
             seen += 1
             if seen > LIMIT:
                 return found
