@@ -47,9 +47,15 @@ def restore() -> None:
 
 
 def wind_down() -> None:
-    """From now on a signal no longer interrupts: the run is writing what it found."""
+    """From now on a signal no longer interrupts: the run is writing what it found.
+
+    SIGINT too, while it has Python's default handler: a second Ctrl-C would cut a report.
+    """
     global _winding_down
     _winding_down = True
+    on_main = threading.current_thread() is threading.main_thread()
+    if on_main and _previous and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        _previous[signal.SIGINT] = signal.signal(signal.SIGINT, _handle)
 
 
 def received() -> str:
@@ -59,6 +65,7 @@ def received() -> str:
 
 def _handle(number: int, frame: FrameType | None) -> None:
     name = signal.Signals(number).name
-    _received.append(name)
+    if number != signal.SIGINT:
+        _received.append(name)
     if not _winding_down:
         raise KeyboardInterrupt(f"terminated by {name}")

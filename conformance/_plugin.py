@@ -61,22 +61,22 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"tokcap: {exc}") from None
     if settings is None:
         return
-    interrupt.install()
-    # A cleanup, not a hook: an interrupt during this function stops pluggy registering the
-    # hooks that follow it, but never the config's cleanups.
-    config.add_cleanup(lambda: _finish_unfinished(config))
     secrecy.keep(settings.secrets)
-    config.add_cleanup(channels.mask_hooks())
-    _keep_hypothesis_out_of_the_project()
     from tokcap_spec import SPEC_REVISION
 
     verdicts = Verdicts(settings, kit_version(), SPEC_REVISION)
+    config.stash[SETTINGS_KEY] = settings
+    config.stash[VERDICTS_KEY] = verdicts
+    # From here on an interrupt writes the reports: through a cleanup, not a hook, since an
+    # interrupt during this function stops pluggy registering the hooks that follow it.
+    config.add_cleanup(lambda: _finish_unfinished(config))
+    interrupt.install()
+    config.add_cleanup(channels.mask_hooks())
+    _keep_hypothesis_out_of_the_project()
     verdicts.distributions = {
         role: distribution_of(target)
         for role, target in (("sink", settings.sink), ("source", settings.source))
     }
-    config.stash[SETTINGS_KEY] = settings
-    config.stash[VERDICTS_KEY] = verdicts
     if not config.option.collectonly:
         _keep_the_target_in_scratch(config)
     if not config.option.collectonly and not hasattr(config, "workerinput"):

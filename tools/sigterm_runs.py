@@ -170,7 +170,8 @@ def main() -> int:
             f"json {reports['r.json']}, md {reports['r.md']}, junit {outcome['junit']}, "
             f"left running {outcome['left_running'] or 'none'}{'' if ok else '  <-- BAD'}"
         )
-    print(f"{good} of {args.runs} runs: reports interrupted and nothing left running")
+    promise = "reports interrupted and " if number != signal.SIGKILL else ""
+    print(f"{good} of {args.runs} runs: {promise}nothing left running")
     return 0 if good == args.runs else 1
 
 
