@@ -154,9 +154,15 @@ def main() -> int:
         if outcome["signal_at"] is None:
             print("     the run ended before its signal: drawn again")
             continue
-        index += 1
         reports = outcome["reports"]
         assert isinstance(reports, dict)
+        if outcome["exit"] == -number and str(reports["r.json"]).startswith("complete"):
+            # The signal came once the run had written its final reports, as it exited.
+            print(
+                f"     SIG{args.signal} came after the complete reports were written: drawn again"
+            )
+            continue
+        index += 1
         ok = (
             all(str(status).startswith("interrupted") for status in reports.values())
             and not (outcome["left_running"])
