@@ -10,28 +10,39 @@ Once the same operation overran in :data:`TRIPS` checks of one run, the kit stop
 later checks that need it are refused at once with :class:`Refused` and reported as blocked by
 the clause that saw it overrun first. A hanging implementation thus costs a few deadlines,
 not one per check.
+
+An interrupt of the run (SIGINT, or SIGTERM and SIGHUP as :mod:`conformance._interrupt` maps
+them) is different: the check's thread is stopped, not left to run on while the run winds
+down. What it started (spawned workers) is stopped through :func:`on_interrupt` hooks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from conformance import _constructions as constructions
+
 __all__ = [
     "TRIPS",
     "Overrun",
     "Refused",
+    "Stopped",
     "Watch",
     "breaker",
     "current_watch",
     "label",
+    "on_interrupt",
     "operation_of",
     "operations_of",
+    "stop_checks",
     "watched",
 ]
 
@@ -39,6 +50,10 @@ T = TypeVar("T")
 
 TRIPS = 2
 """Overruns of one operation after which the kit stops calling it for the rest of the run."""
+
+STOP_WAIT = 0.5
+"""Seconds an interrupt waits for a check's thread to unwind; one blocked inside the
+implementation's own C code cannot, and stays parked there."""
 
 _KIT_DIR = str(Path(__file__).parent)
 _ASYNCIO_DIR = str(Path(asyncio.__file__).parent)
@@ -69,6 +84,10 @@ class Refused(BaseException):
             f"{label(what)} is no longer called: it overran {TRIPS} times in this run, "
             f"first under {clause} ({first})"
         )
+
+
+class Stopped(BaseException):
+    """Raised inside a check's thread when the run was interrupted: the check ends there."""
 
 
 @dataclass
@@ -153,19 +172,27 @@ class Watch:
         self.clause = clause
         self._blame = blame
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.abandoned: Overrun | None = None
+        self.abandoned: BaseException | None = None
         self._current: tuple[str, float] | None = None
 
-    def call(self, names: list[str]) -> _Marked:
+    def call(self, names: list[str]) -> _Marked | constructions.Span:
         """Mark a call that may use the operations ``names`` (refused if the breaker says so).
 
-        Use as ``with watch.call(["put"]): ...``.
+        Use as ``with watch.call(["put"]): ...``. A call that builds the target has a
+        deadline per construction (:mod:`conformance._constructions`).
         """
         __tracebackhide__ = True
         if self.abandoned is not None:
             raise self.abandoned
         breaker.check(names)
-        return _Marked(self, names[0] if len(set(names)) == 1 else "")
+        name = names[0] if len(set(names)) == 1 else ""
+        if name.startswith(constructions.PREFIX):
+            return constructions.Span(self, name)
+        return _Marked(self, name)
+
+    def rearm(self, name: str | None) -> None:
+        """Start the deadline of the call ``name`` now; None marks no call in progress."""
+        self._current = None if name is None else (name, time.monotonic())
 
     def clause_of(self, operation: str) -> str:
         """The clause an overrun of ``operation`` fails: what ``blame`` names for it when the
@@ -230,6 +257,30 @@ def _tasks(loop: asyncio.AbstractEventLoop) -> list[asyncio.Task[Any]]:
 
 
 _local = threading.local()
+_checks: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+_interrupt_hooks: list[Callable[[], None]] = []
+
+
+def on_interrupt(hook: Callable[[], None]) -> None:
+    """Call ``hook`` (once registered, on every interrupt) before check threads are stopped."""
+    if hook not in _interrupt_hooks:
+        _interrupt_hooks.append(hook)
+
+
+def stop_checks(wait: float = STOP_WAIT) -> None:
+    """Stop every check thread still running: run the interrupt hooks, then raise
+    :class:`Stopped` in each thread and wait up to ``wait`` seconds for all to end."""
+    for hook in _interrupt_hooks:
+        hook()
+    live = [thread for thread in list(_checks) if thread.is_alive()]
+    for thread in live:
+        if thread.ident is not None:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(thread.ident), ctypes.py_object(Stopped)
+            )
+    until = time.monotonic() + wait
+    for thread in live:
+        thread.join(max(0.0, until - time.monotonic()))
 
 
 def current_watch() -> Watch | None:
@@ -263,12 +314,19 @@ def watched(function: Callable[[], T], watch: Watch) -> T:
 
     thread = threading.Thread(target=body, name="tokcap-check")
     thread.daemon = True
+    _checks.add(thread)
     thread.start()
-    while not done.wait(watch.next_look()):
-        overrun = watch.overdue()
-        if overrun is not None:
-            watch.abandon(overrun)
-            raise overrun
+    try:
+        while not done.wait(watch.next_look()):
+            overrun = watch.overdue()
+            if overrun is not None:
+                watch.abandon(overrun)
+                raise overrun
+    except (KeyboardInterrupt, SystemExit):
+        # The run is interrupted: the check must not run on while it winds down.
+        watch.abandoned = Stopped("the run was interrupted")
+        stop_checks()
+        raise
     returned, value = outcome[0]
     if returned:
         return value  # type: ignore[no-any-return]

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn, TypeVar
 
+from conformance import _constructions as constructions
 from conformance._deadline import Overrun, Refused, Watch, current_watch, operations_of
 from conformance._entries import EntryFactory, load_entry_class
 from conformance._hints import null_log_prob
@@ -177,7 +178,7 @@ class Kit:
 
     def _open(self, target: str, kwargs: dict[str, Any], kind: str) -> Endpoint:
         __tracebackhide__ = True
-        with self.watch.call([f"the constructor of {target}"]):
+        with self.watch.call([f"{constructions.PREFIX}{target}"]):
             endpoint = Endpoint(self, build_endpoint(target, kwargs, kind), kind)
         self._opened.append(endpoint)
         return endpoint

@@ -13,17 +13,24 @@ import fnmatch
 import os
 import secrets
 import shutil
+import sys
 import tempfile
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from conformance import _channels as channels
+from conformance import _constructions as constructions
+from conformance import _interrupt as interrupt
 from conformance import _outcomes as outcomes
 from conformance import _secrecy as secrecy
+from conformance import _tempdir as tempdir
+from conformance._leftovers import WorkingDirectory, become_subreaper, live_children
 from conformance._notices import header_notices
-from conformance._probe import distribution_of, kit_version, probe_target
+from conformance._probe import distribution_of, expected_duration, kit_version, probe_target
 from conformance._report import Verdicts
 from conformance._settings import KitSettings, Option, SettingsError, resolve_settings
 
@@ -35,6 +42,10 @@ __all__ = ["SETTINGS_KEY", "SUITE", "VERDICTS_KEY", "tokcap_run"]
 SETTINGS_KEY = pytest.StashKey[KitSettings]()
 VERDICTS_KEY = pytest.StashKey[Verdicts]()
 SCRATCH_KEY = pytest.StashKey[Path]()
+CWD_KEY = pytest.StashKey[WorkingDirectory]()
+WRITTEN_KEY = pytest.StashKey[bool]()
+BUILT = "tokcap-constructions"
+"""The property of a test's report that counts the constructions it made."""
 SUITE = Path(__file__).with_name("_suite") / "test_contract.py"
 
 
@@ -58,27 +69,37 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     settings = _with_run_seed(config, settings)
     secrecy.keep(settings.secrets)
-    _keep_hypothesis_out_of_the_project()
     from tokcap_spec import SPEC_REVISION
 
     verdicts = Verdicts(settings, kit_version(), SPEC_REVISION)
+    config.stash[SETTINGS_KEY] = settings
+    config.stash[VERDICTS_KEY] = verdicts
+    # From here on an interrupt writes the reports: through a cleanup, not a hook, since an
+    # interrupt during this function stops pluggy registering the hooks that follow it.
+    config.add_cleanup(lambda: _finish_unfinished(config))
+    interrupt.install()
+    config.add_cleanup(channels.mask_hooks())
+    _keep_hypothesis_out_of_the_project()
     verdicts.distributions = {
         role: distribution_of(target)
         for role, target in (("sink", settings.sink), ("source", settings.source))
     }
-    config.stash[SETTINGS_KEY] = settings
-    config.stash[VERDICTS_KEY] = verdicts
+    if not config.option.collectonly:
+        _keep_the_target_in_scratch(config)
     if not config.option.collectonly and not hasattr(config, "workerinput"):
         try:
-            probe_target(settings)
+            expectation = expected_duration(settings, probe_target(settings))
+            if expectation:
+                sys.stderr.write(expectation + "\n")
         except pytest.UsageError:
             verdicts.run.finish("interrupted", "usage error: the target cannot be built")
-            _write_reports(verdicts, settings)
+            _write_reports(config, verdicts, settings)
             raise
     _collect_suite(config)
     from conformance._verdict import VerdictHooks
 
     config.pluginmanager.register(VerdictHooks(config, verdicts), "tokcap-verdict")
+    config.pluginmanager.register(_Constructions(verdicts), "tokcap-constructions")
 
 
 def _with_run_seed(config: pytest.Config, settings: KitSettings) -> KitSettings:
@@ -115,6 +136,45 @@ def _scratch(config: pytest.Config) -> Path:
             config.stash[SCRATCH_KEY] = Path(tempfile.mkdtemp(prefix="tokcap-"))
             config.add_cleanup(lambda: shutil.rmtree(config.stash[SCRATCH_KEY], True))
     return config.stash[SCRATCH_KEY]
+
+
+def _keep_the_target_in_scratch(config: pytest.Config) -> None:
+    """Point the target's temporary files into the run's basetemp, and note the working
+    directory's files and adopt orphaned processes, to name what the target leaves behind."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is not None:
+        folder = factory.mktemp("tokcap-tmp")
+    else:  # the tmpdir plugin is disabled: a directory of our own, removed at the end
+        folder = Path(tempfile.mkdtemp(prefix="tokcap-tmp-"))
+        config.add_cleanup(lambda: shutil.rmtree(folder, True))
+    config.add_cleanup(tempdir.redirect(folder))
+    config.stash[CWD_KEY] = WorkingDirectory(Path.cwd())
+    become_subreaper()
+
+
+def _left_behind(config: pytest.Config, settings: KitSettings) -> list[str]:
+    """Warnings about files the run made in the working directory outside its own outputs,
+    and about processes still running that the kit did not start."""
+    found = []
+    before = config.stash.get(CWD_KEY, None)
+    if before is not None:
+        outputs = [p for p in (settings.report, settings.report_md) if p is not None]
+        outputs += [p.parent / f".{p.name}.partial" for p in outputs]
+        for option in ("xmlpath", "log_file"):
+            if getattr(config.option, option, None):
+                outputs.append(Path(getattr(config.option, option)))
+        factory = getattr(config, "_tmp_path_factory", None)
+        if factory is not None:
+            outputs.append(factory.getbasetemp())
+        if settings.report is not None:  # timelines of failed concurrency checks
+            outputs += settings.report.parent.glob("*-timeline.html")
+        for name in before.new_files(outputs):
+            found.append(f"the target left {name} in the working directory {before.root}")
+    if not config.pluginmanager.has_plugin("dsession"):  # an xdist controller's children
+        tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
+        for process in live_children([tracker] if tracker else []):
+            found.append(f"{process} was still running when the run ended")
+    return found
 
 
 def _keep_hypothesis_out_of_the_project() -> None:
@@ -182,17 +242,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return lines + header_notices(settings, config.option.collectonly)
 
 
-@pytest.fixture(scope="session")
-def _tokcap_temp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Whatever a check or the target puts in a temporary directory lands in pytest's basetemp."""
-    before = tempfile.tempdir
-    tempfile.tempdir = str(tmp_path_factory.mktemp("tokcap-tmp"))
-    yield
-    tempfile.tempdir = before
-
-
 @pytest.fixture
-def tokcap_run(request: pytest.FixtureRequest, _tokcap_temp: None) -> Callable[[Check], None]:
+def tokcap_run(request: pytest.FixtureRequest) -> Callable[[Check], None]:
     """Run one registered check against the target named on the command line."""
     settings = request.config.stash.get(SETTINGS_KEY, None)
     if settings is None:
@@ -205,6 +256,32 @@ def tokcap_run(request: pytest.FixtureRequest, _tokcap_temp: None) -> Callable[[
     return run
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Name what the target left behind, after the verdict."""
+    verdicts = config.stash.get(VERDICTS_KEY, None)
+    for warning in verdicts.warnings if verdicts is not None else []:
+        terminalreporter.write_line(f"tokcap warning: {secrecy.scrub(warning)}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_warning_recorded(warning_message: Any) -> None:
+    """Mask every secret in a warning (pytest's about thread and unraisable exceptions too)."""
+    channels.mask_warning(warning_message)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Mask every secret in what the logging handlers pytest installed emit."""
+    channels.mask_logging(session.config.pluginmanager.get_plugin("logging-plugin"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    """Mask every secret in the message of an interrupt before the terminal shows it."""
+    channels.mask_exception(excinfo.value)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
@@ -214,30 +291,77 @@ def pytest_runtest_makereport(
     from conformance._verdict import scrub_report
 
     scrub_report(report)
+    built = constructions.take()
+    if built:  # this report's own list: the item's is shared by its three phases
+        report.user_properties = [*report.user_properties, (BUILT, built)]
     return report
+
+
+class _Constructions:
+    """Adds up the constructions each test reports, here or on an xdist worker."""
+
+    def __init__(self, verdicts: Verdicts) -> None:
+        self.verdicts = verdicts
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.verdicts.constructions += sum(
+            int(str(value)) for key, value in report.user_properties if key == BUILT
+        )
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
     config = session.config
     verdicts = config.stash.get(VERDICTS_KEY, None)
+    if verdicts is not None:
+        interrupt.wind_down()
+        _stop_what_the_kit_started()
     if verdicts is not None and not hasattr(config, "workerinput"):
         from conformance._verdict import conclude
 
+        verdicts.warnings += _left_behind(config, config.stash[SETTINGS_KEY])
+        verdicts.constructions += constructions.take()
         conclude(session, verdicts)
+        if interrupt.received():
+            verdicts.run.finish("interrupted", f"terminated by {interrupt.received()}")
     try:
         return (yield)
     finally:
         settings = config.stash.get(SETTINGS_KEY, None)
         written = not config.option.collectonly and not hasattr(config, "workerinput")
         if verdicts is not None and settings is not None and written:
-            _write_reports(verdicts, settings)
+            _write_reports(config, verdicts, settings)
         judged = settings.judged_directory if settings is not None else None
         if judged is not None:
             shutil.rmtree(judged, ignore_errors=True)
 
 
-def _write_reports(verdicts: Verdicts, settings: KitSettings) -> None:
+def _finish_unfinished(config: pytest.Config) -> None:
+    """A run interrupted before its session finished (while the target was being built, say)
+    still writes its reports, stops what it started and gives the signals back."""
+    verdicts = config.stash.get(VERDICTS_KEY, None)
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if verdicts is not None and settings is not None:
+        interrupt.wind_down()
+        _stop_what_the_kit_started()
+        if not config.stash.get(WRITTEN_KEY, False) and not hasattr(config, "workerinput"):
+            signal = interrupt.received()
+            reason = f"terminated by {signal}" if signal else "interrupted before the checks ran"
+            verdicts.run.finish("interrupted", reason)
+            _write_reports(config, verdicts, settings)
+    interrupt.restore()
+
+
+def _stop_what_the_kit_started() -> None:
+    """Stop every check thread and spawned worker still running: none runs on after the verdict."""
+    if "conformance._deadline" in sys.modules:
+        from conformance._deadline import stop_checks
+
+        stop_checks()
+
+
+def _write_reports(config: pytest.Config, verdicts: Verdicts, settings: KitSettings) -> None:
+    config.stash[WRITTEN_KEY] = True
     if settings.report is not None:
         verdicts.write_json(settings.report)
     if settings.report_md is not None:

@@ -15,6 +15,7 @@ import inspect
 import io
 import sys
 import sysconfig
+import time
 import traceback
 from importlib import metadata
 from pathlib import Path
@@ -22,12 +23,24 @@ from typing import Any
 
 import pytest
 
+from conformance import _constructions as constructions
+from conformance._channels import fd_output_masked
 from conformance._deadline import Overrun, Watch, watched
 from conformance._hints import module_lookup
 from conformance._secrecy import scrub
 from conformance._settings import KitSettings
 
-__all__ = ["distribution_of", "kit_version", "probe_target"]
+__all__ = ["CONSTRUCTIONS", "SLOW_BUILD", "distribution_of", "expected_duration", "kit_version"]
+__all__ += ["probe_target"]
+
+SLOW_BUILD = 1.0
+"""Seconds of one construction from which the kit says what they will cost the run."""
+
+CONSTRUCTIONS = {"quick": 222, "ci": 857, "thorough": 4402}
+"""How many times a run of each profile builds the target: the reference file store's count
+under the default seed (tests/conformance/test_constructions.py keeps it true); other seeds
+differ by a few percent (803 and 827 under ci for seeds 99 and 5), and Hypothesis' caches
+by a fifth or so (1070 in a fresh home)."""
 
 _KIT = tuple(
     str(Path(__file__).resolve().parents[1] / name)
@@ -55,23 +68,31 @@ def distribution_of(target: str) -> dict[str, str]:
     return {"name": "", "version": "not from an installed distribution"}
 
 
-def probe_target(settings: KitSettings) -> None:
+def probe_target(settings: KitSettings) -> float:
     """Import and build the sink and the source once; raise ``pytest.UsageError`` if one fails.
 
-    What the target prints meanwhile is passed on with the run's secrets masked: no test has
-    started, so pytest's capture would show it as it is.
+    Return the seconds the slowest of these constructions took.
+
+    What the target prints or writes meanwhile, its child processes included, is passed on
+    with the run's secrets masked: no test has started, so pytest's capture would show it as
+    it is.
     """
     printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-            _probe(settings)
+        with (
+            fd_output_masked(),
+            contextlib.redirect_stdout(printed),
+            contextlib.redirect_stderr(printed),
+        ):
+            return _probe(settings)
     finally:
         if printed.getvalue():
             sys.stderr.write(scrub(printed.getvalue()))
 
 
-def _probe(settings: KitSettings) -> None:
+def _probe(settings: KitSettings) -> float:
     seen = set()
+    slowest = 0.0
     for role, target, kwargs in (
         ("sink", settings.sink, settings.sink_kwargs),
         ("source", settings.source, settings.source_kwargs),
@@ -79,10 +100,24 @@ def _probe(settings: KitSettings) -> None:
         if (target, repr(sorted(kwargs.items()))) in seen:
             continue
         seen.add((target, repr(sorted(kwargs.items()))))
-        _build_once(role, target, dict(kwargs), settings.timeout)
+        slowest = max(slowest, _build_once(role, target, dict(kwargs), settings.timeout))
+    return slowest
 
 
-def _build_once(role: str, target: str, kwargs: dict[str, Any], seconds: float) -> None:
+def expected_duration(settings: KitSettings, build_seconds: float) -> str:
+    """What a slow constructor means for the run's duration, or ``""`` for a fast one."""
+    if build_seconds < SLOW_BUILD:
+        return ""
+    times = CONSTRUCTIONS[settings.profile]
+    hours, rest = divmod(int(build_seconds * times), 3600)
+    spent = f"{hours} h {rest // 60} min" if hours else f"{rest // 60} min {rest % 60} s"
+    return (
+        f"tokcap: building the target took {build_seconds:.1f} s; a {settings.profile} run "
+        f"builds it about {times} times, so expect the run to take at least {spent}"
+    )
+
+
+def _build_once(role: str, target: str, kwargs: dict[str, Any], seconds: float) -> float:
     module_name, _, attr_path = target.partition(":")
     flag = f"--tokcap-{role}={target}"
     try:
@@ -98,10 +133,14 @@ def _build_once(role: str, target: str, kwargs: dict[str, Any], seconds: float) 
             )
         factory = getattr(factory, part)
     watch = Watch(seconds)
+    took: list[float] = []
 
     def build() -> Any:
-        with watch.call([f"the constructor of {target}"]):
-            return factory(**kwargs)
+        with watch.call([f"{constructions.PREFIX}{target}"]):
+            started = time.monotonic()
+            built = factory(**kwargs)
+            took.append(time.monotonic() - started)
+            return built
 
     try:
         built = watched(build, watch)
@@ -115,6 +154,7 @@ def _build_once(role: str, target: str, kwargs: dict[str, Any], seconds: float) 
         # How close behaves is for the CLOSE checks to judge; here it only releases.
         with contextlib.suppress(Exception, Overrun):
             watched(lambda: _close(close, watch), watch)
+    return took[0]
 
 
 def _close(close: Any, watch: Watch) -> None:

@@ -106,6 +106,10 @@ class Verdicts:
     """The installed distribution (name, version) each target comes from, by role."""
     reported: set[str] = field(default_factory=set)
     """Node ids of the kit's tests that reported an outcome."""
+    warnings: list[str] = field(default_factory=list)
+    """What the target left behind outside the kit's scratch: files, live processes."""
+    constructions: int = 0
+    """How many times the kit built the target in this process (spawned workers apart)."""
 
     def record(
         self,
@@ -182,6 +186,8 @@ class Verdicts:
             "seed": self.settings.seed,
             "clauses": clauses,
             "summary": self.summary(),
+            "warnings": list(self.warnings),
+            "constructions": self.constructions,
         }
 
     def write_json(self, path: Path) -> None:
@@ -224,6 +230,8 @@ class Verdicts:
         for clause, entry in explained:
             lines += ["", f"**{clause}** (`{entry['tests'][0]}`)", "", "```", entry["message"]]
             lines += ["```"]
+        if data["warnings"]:
+            lines += ["", "#### Warnings", ""] + [f"- {warning}" for warning in data["warnings"]]
         return "\n".join(lines) + "\n"
 
     def write_markdown(self, path: Path) -> None:

@@ -16,17 +16,23 @@ call it was in and its exit code or signal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import json
 import multiprocessing
+import os
 import signal
+import sys
+import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from threading import BrokenBarrierError
 from typing import Any, Protocol
 
+from conformance import _constructions as constructions
 from conformance import _deadline as deadline
 from conformance._secrecy import keep, scrub
 from conformance._settings import DEFAULT_ENTRY_CLASS
@@ -44,12 +50,23 @@ __all__ = [
     "WorkerPlan",
     "constructor",
     "run_workers",
+    "stop_all",
 ]
 
 STRAGGLE = 120.0
-"""Seconds a child may wait for its siblings (a barrier, a count of steps) before it gives up
-by itself; only reached when the parent is gone, since the parent stops every child it gave
-up on."""
+"""Seconds a child may wait for its siblings (a meeting, a count of steps) before it gives up
+by itself; the parent stops children waiting on each other long before."""
+
+START_UP = 60.0
+"""Seconds a spawned interpreter may take to start and say its first word, when the deadline
+in force is shorter: a loaded machine starts one in seconds, never in a minute."""
+
+REAP = 5.0
+"""Seconds the parent waits for a child it stopped, or that reported, to be reaped."""
+
+_PR_SET_PDEATHSIG = 1
+_ORPHANED = 70
+"""Exit code of a child whose parent is gone."""
 
 Build = tuple[str, str, dict[str, Any]]
 """One endpoint a child builds: its role (``sink`` or ``source``), target string and kwargs."""
@@ -101,22 +118,36 @@ class Meeting:
     """What the children of one supervisor share: where they meet, and a count of steps.
 
     ``build`` holds every child until all have started, so that their constructions race;
-    ``start`` holds every child and the parent until all have built, so that their calls
-    race. Each is None when the supervisor did not ask for it.
+    ``start`` holds every child until the parent says go, once all have built, so that their
+    calls race. Nothing here is a lock: each child writes only its own slots, the parent only
+    its flags, and a wake-up is a post to a semaphore of each child. A child killed at any
+    moment therefore leaves nothing held that a sibling or the parent would wait on.
     """
 
     def __init__(self, context: Any, children: int, *, build: bool, start: bool) -> None:
-        self.build = context.Barrier(children) if build else None
-        self.start = context.Barrier(children + 1) if start else None
-        # No lock of its own: children change it under ``changed``, and one killed mid-update
-        # must not leave a lock the parent's reads would wait on forever.
-        self.steps = context.Value("q", 0, lock=False)
-        self.changed = context.Condition()
+        self.children = children
+        self.build = build
+        self.start = start
+        self.index = -1
+        """Which child this process is; set in the child, -1 in the parent."""
+        self._built = context.Array("b", children, lock=False)
+        self._gone = context.Array("b", children, lock=False)
+        # A slot per child and one more, the last, for the parent (whose ``index`` is -1).
+        self._steps = context.Array("q", children + 1, lock=False)
+        # 0 while waiting, 1 once the parent said go, 2 once the start was called off; and
+        # whether a child that stopped early released every wait for a count.
+        self._flags = context.Array("b", 2, lock=False)
+        self._wake = [context.Semaphore(0) for _ in range(children)]
 
     @property
     def broken(self) -> bool:
         """Whether the start was called off: some child failed or was given up on first."""
-        return self.start is not None and self.start.broken
+        return bool(self._flags[0] == 2)
+
+    @property
+    def steps(self) -> int:
+        """The steps the children together have made."""
+        return sum(self._steps)
 
     def abort(self) -> None:
         """Call the start off: whoever waits there, or comes to it, goes on at once.
@@ -124,25 +155,59 @@ class Meeting:
         The build meeting is never called off: a child released from it that has not yet woken
         would read the call-off as its own failure.
         """
-        if self.start is not None:
-            self.start.abort()
+        if self._flags[0] == 0:
+            self._flags[0] = 2
+        self._nudge()
+
+    def go(self) -> None:
+        """Let every child waiting at the start run (the parent's word)."""
+        if self._flags[0] == 0:
+            self._flags[0] = 1
+        self._nudge()
+
+    def gone(self, index: int) -> None:
+        """Excuse child ``index`` from the build meeting: it ended (the parent's word)."""
+        self._gone[index] = 1
+        self._nudge()
+
+    def arrive_built(self, timeout: float) -> bool:
+        """Wait until every other child has started or ended; False when ``timeout`` passed."""
+        self._built[self.index] = 1
+        self._nudge()
+        everyone = range(self.children)
+        return self._await(lambda: all(self._built[i] or self._gone[i] for i in everyone), timeout)
+
+    def await_start(self, timeout: float) -> bool:
+        """Wait for the parent's go; False when the start was called off or ``timeout`` passed."""
+        return self._await(lambda: self._flags[0] != 0, timeout) and self._flags[0] == 1
 
     def advance(self) -> None:
         """Count one step and wake every child waiting for a count."""
-        with self.changed:
-            self.steps.value += 1
-            self.changed.notify_all()
+        self._steps[self.index] += 1
+        self._nudge()
 
     def reach(self, count: int) -> None:
         """Wait until the children together have made ``count`` steps."""
-        with self.changed:
-            self.changed.wait_for(lambda: self.steps.value >= count, STRAGGLE)
+        self._await(lambda: self._flags[1] == 1 or self.steps >= count, STRAGGLE)
 
     def release(self) -> None:
         """Let every child waiting for a count go on: one that stopped early makes no more."""
-        with self.changed:
-            self.steps.value = 2**62
-            self.changed.notify_all()
+        self._flags[1] = 1
+        self._nudge()
+
+    def _nudge(self) -> None:
+        for wake in self._wake:
+            wake.release()
+
+    def _await(self, ready: Callable[[], bool], timeout: float) -> bool:
+        until = time.monotonic() + timeout
+        wake = self._wake[self.index]
+        while not ready():
+            left = until - time.monotonic()
+            if left <= 0:
+                return False
+            wake.acquire(True, left)
+        return True
 
 
 @dataclass(frozen=True)
@@ -178,12 +243,18 @@ class _Child:
     """One spawned child as the parent sees it."""
 
     name: str
+    index: int
     process: Any
     conn: Connection
     doing: str = "starting"
     where: str = ""
     since: float | None = None
+    started: float = field(default_factory=time.monotonic)
+    heard: bool = False
+    """Whether the child said anything yet: until then it is starting its interpreter."""
     ready: bool = False
+    waiting: bool = False
+    """Whether the child said it waits for its siblings' steps (``idle``)."""
     acked: int = 0
     """Operations the child reported acknowledged when it began its latest call."""
     result: WorkerOutcome | None = None
@@ -196,6 +267,18 @@ class _Child:
         return self.result is not None or bool(self.problem)
 
 
+_live: weakref.WeakSet[Supervisor] = weakref.WeakSet()
+
+
+def stop_all() -> None:
+    """Kill every child of every supervisor of this process still running, and its group."""
+    for supervisor in list(_live):
+        supervisor.kill_all()
+
+
+deadline.on_interrupt(stop_all)
+
+
 class Supervisor:
     """Spawns a child per job and watches all of them at once under the deadline in force.
 
@@ -203,6 +286,12 @@ class Supervisor:
     started; with ``start_together`` they wait, built, until all of them have. With
     ``stop_siblings`` the first child that overruns or dies stops every other one, each
     reported as stopped for that reason, and the start is called off.
+
+    No wait is without a deadline: a call has the deadline in force; a child still starting
+    its interpreter has :data:`START_UP` seconds (or the deadline, if longer); and when no
+    child is in a call and none said anything for the deadline, they are waiting on each
+    other for good, and every one is stopped. Each child leads a process group of its own,
+    killed whole, and dies with this process (:func:`_bind_to_parent`).
     """
 
     def __init__(
@@ -225,6 +314,7 @@ class Supervisor:
         )
         self._stop_siblings = stop_siblings
         self._children: list[_Child] = []
+        self._heard = time.monotonic()
 
     def start(self) -> None:
         """Spawn every child, unless an operation one of them calls overran too often.
@@ -237,30 +327,31 @@ class Supervisor:
         for _, job in self._jobs:
             names |= job.calls() | {constructor(target) for _, target, _ in job.endpoints()}
         deadline.breaker.check(sorted(names | {_in_child(name) for name in names}))
-        for name, job in self._jobs:
+        _live.add(self)
+        for index, (name, job) in enumerate(self._jobs):
             receive, send = self._context.Pipe(duplex=False)
             process = self._context.Process(
-                target=_child_main, args=(name, job, self.meeting, send), daemon=True
+                target=_child_main,
+                args=(name, index, job, self.meeting, send, os.getpid()),
+                daemon=True,
             )
             process.start()
             send.close()
-            self._children.append(_Child(name, process, receive))
-        if self.meeting.start is not None:
-            self._start_together(self.meeting.start)
+            self._children.append(_Child(name, index, process, receive))
+        if self.meeting.start:
+            self._start_together()
 
-    def _start_together(self, start: Any) -> None:
+    def _start_together(self) -> None:
         children = self._children
         self.watch(until=lambda: all(child.ready or child.over for child in children))
-        if not all(child.ready for child in children):
-            start.abort()
-            return
-        try:
-            start.wait(timeout=STRAGGLE)
-        except BrokenBarrierError:
-            return  # A child that failed to build says why in finish().
+        if all(child.ready for child in children):
+            self.meeting.go()
+        else:
+            self.meeting.abort()  # A child that failed to build says why in finish().
 
     def watch(self, until: Callable[[], bool] = lambda: False) -> None:
         """Read the children's progress until ``until()`` holds or every child is over."""
+        self._heard = time.monotonic()
         while not until():
             live = [child for child in self._children if not child.over]
             if not live:
@@ -268,72 +359,135 @@ class Supervisor:
             waits = [child.conn for child in live] + [child.process.sentinel for child in live]
             ready = wait(waits, self._time_left(live))
             for child in live:
+                if child.over:
+                    continue  # a sibling's end stopped it meanwhile
                 if child.conn in ready or child.process.sentinel in ready:
                     self._read(child)
             self._enforce(live)
 
     def finish(self) -> list[WorkerOutcome]:
         """Watch until every child is over, reap them all and return each one's outcome."""
-        self.watch()
-        for child in self._children:
-            child.process.join(5)
-            if child.process.is_alive():
-                child.process.kill()
-                child.process.join()
-            child.conn.close()
+        try:
+            self.watch()
+        finally:
+            for child in self._children:
+                child.process.join(REAP)
+                _kill(child.process)
+                child.conn.close()
+            _live.discard(self)
         return [_outcome(child) for child in self._children]
 
-    def _time_left(self, live: Iterable[_Child]) -> float | None:
-        starts = [child.since for child in live if child.since is not None]
-        if not starts:
-            return None
-        return max(0.0, min(starts) + self.seconds - time.monotonic())
+    def kill_all(self) -> None:
+        """Kill every child and its process group at once, and reap them (interrupts)."""
+        for child in self._children:
+            _kill(child.process)
+            if not child.over:
+                child.problem = f"{child.name} stopped: the run was interrupted"
+        self.meeting.abort()
+
+    def _time_left(self, live: Iterable[_Child]) -> float:
+        now = time.monotonic()
+        ends = [self._heard + self.seconds]
+        for child in live:
+            if child.since is not None:
+                ends.append(child.since + self.seconds)
+            elif not child.heard:
+                ends.append(child.started + max(self.seconds, START_UP))
+        return max(0.0, min(ends) - now)
 
     def _read(self, child: _Child) -> None:
         try:
             while child.conn.poll():
                 message = child.conn.recv()
+                child.heard, self._heard = True, time.monotonic()
+                child.waiting = message[0] == "idle"
                 if message[0] == "call":
                     child.doing, child.where, child.acked = message[1], message[2], message[3]
                     child.since = time.monotonic()
+                    if child.doing.startswith(constructions.PREFIX):
+                        constructions.count()
                 elif message[0] == "idle":
                     child.since = None
                 elif message[0] == "ready":
                     child.ready, child.since = True, None
                 else:
                     child.result = message[1]
+                    self.meeting.gone(child.index)
                     return
         except (EOFError, OSError):
             pass
         if not child.process.is_alive():
-            child.process.join()
-            during = f" during {deadline.label(child.doing)}" if child.since else ""
-            where = f" ({child.where})" if child.where and child.since else ""
+            child.process.join(REAP)
             child.problem = (
-                f"{child.name} died{during}{where}: {_exit_text(child.process.exitcode)}"
+                f"{child.name} died{_during(child)}: {_exit_text(child.process.exitcode)}"
             )
+            self.meeting.gone(child.index)
             self._problem()
 
     def _enforce(self, live: Iterable[_Child]) -> None:
         now = time.monotonic()
+        live = [child for child in live if not child.over]
         for child in live:
-            if child.over or child.since is None or now - child.since < self.seconds:
+            if child.since is not None and now - child.since >= self.seconds:
+                _kill(child.process)
+                where = f" ({child.where})" if child.where else ""
+                overrun = deadline.Overrun(deadline.label(child.doing), self.seconds, where)
+                child.problem, child.overran = f"{child.name}: {overrun}", True
+                deadline.breaker.trip(_in_child(child.doing), self.clause, str(overrun))
+            elif not child.heard and now - child.started >= max(self.seconds, START_UP):
+                _kill(child.process)
+                allowed = max(self.seconds, START_UP)
+                child.problem = f"{child.name} did not start within {allowed:g} s"
+            else:
                 continue
-            child.process.kill()
-            where = f" ({child.where})" if child.where else ""
-            overrun = deadline.Overrun(deadline.label(child.doing), self.seconds, where)
-            child.problem, child.overran = f"{child.name}: {overrun}", True
-            deadline.breaker.trip(_in_child(child.doing), self.clause, str(overrun))
+            self.meeting.gone(child.index)
             self._problem()
+        stuck = [child for child in live if not child.over]
+        waiting = all(child.since is None and child.heard for child in stuck)
+        if stuck and waiting and now - self._heard >= self.seconds:
+            for child in stuck:
+                _kill(child.process)
+                child.problem = (
+                    f"{child.name} stopped: no sibling made progress in {self.seconds:g} s"
+                    f"{_during(child)}"
+                )
+                self.meeting.gone(child.index)
+            self.meeting.abort()
 
     def _problem(self) -> None:
         if not self._stop_siblings:
             return
         for child in self._children:
             if not child.over:
-                child.process.kill()
+                _kill(child.process)
                 child.problem = f"{child.name} stopped: {self._stop_siblings}"
         self.meeting.abort()
+
+
+def _during(child: _Child) -> str:
+    """Where a child was when it ended: in a call, between calls, or starting."""
+    where = f" ({child.where})" if child.where else ""
+    if child.since is not None:
+        return f" during {deadline.label(child.doing)}{where}"
+    if not child.heard:
+        return " while starting"
+    if child.waiting:
+        return " while it waited for its siblings' steps"
+    if child.ready and child.doing.startswith("the constructor"):
+        return " while it waited for the start"
+    return f" after {deadline.label(child.doing)}{where}"
+
+
+def _kill(process: Any) -> None:
+    """Kill ``process`` and the process group it leads, then reap it."""
+    pid = process.pid
+    if pid is None:
+        return
+    with contextlib.suppress(OSError, AttributeError):  # no process groups on Windows
+        os.killpg(pid, signal.SIGKILL)
+    if process.is_alive():
+        process.kill()
+    process.join(REAP)
 
 
 def _exit_text(code: int | None) -> str:
@@ -362,26 +516,30 @@ def _outcome(child: _Child) -> WorkerOutcome:
 
 def constructor(target: str) -> str:
     """How a watch names building ``target``."""
-    return f"the constructor of {target}"
+    return f"{constructions.PREFIX}{target}"
 
 
 def _failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _child_main(name: str, job: Job, meeting: Meeting, conn: Connection) -> None:
+def _child_main(
+    name: str, index: int, job: Job, meeting: Meeting, conn: Connection, parent: int
+) -> None:
     """What every child runs: build the job's endpoints, run its calls, report the outcome."""
+    _bind_to_parent(parent)
     from conformance._entries import load_entry_class
     from conformance._kit import build_endpoint
 
+    meeting.index = index
     builds = job.endpoints()
     for _, _, kwargs in builds:
         keep(kwargs)
     progress = Progress(conn)
     try:
         entry = load_entry_class(job.entry_class)
-        if meeting.build is not None:
-            meeting.build.wait(timeout=STRAGGLE)
+        if meeting.build and not meeting.arrive_built(STRAGGLE):
+            raise TimeoutError(f"its siblings did not start within {STRAGGLE:g} s")
         endpoints: dict[str, Any] = {}
         for role, target, kwargs in builds:
             progress.call(constructor(target))
@@ -393,10 +551,7 @@ def _child_main(name: str, job: Job, meeting: Meeting, conn: Connection) -> None
         progress.result(WorkerOutcome("build", error=error))
         return
     progress.ready()
-    try:
-        if meeting.start is not None:
-            meeting.start.wait(timeout=STRAGGLE)
-    except BrokenBarrierError:
+    if meeting.start and not meeting.await_start(STRAGGLE):
         progress.result(WorkerOutcome("build"))  # The child that failed to build says why.
         return
     try:
@@ -406,6 +561,32 @@ def _child_main(name: str, job: Job, meeting: Meeting, conn: Connection) -> None
         error = scrub(f"{name} stopped: {_failure(exc)}")
         outcome = WorkerOutcome("operation", progress.acked, error)
     progress.result(outcome)
+
+
+def _bind_to_parent(parent: int) -> None:
+    """Make this child lead a process group of its own and die with the process that spawned it.
+
+    Linux kills it the moment its parent ends (``PR_SET_PDEATHSIG``), even when the parent
+    was killed with SIGKILL or this child holds the GIL; elsewhere a thread watches the
+    parent. A parent already gone by now ends the child at once.
+    """
+    with contextlib.suppress(OSError, AttributeError):  # no process groups on Windows
+        os.setpgid(0, 0)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(_ORPHANED)
+    watched = multiprocessing.parent_process()
+    sentinel = getattr(watched, "sentinel", None)
+    if sentinel is not None:
+
+        def watch_parent() -> None:
+            wait([sentinel])
+            os._exit(_ORPHANED)
+
+        threading.Thread(target=watch_parent, name="tokcap-parent-watch", daemon=True).start()
 
 
 async def _run(job: Job, built: Built, progress: Progress, meeting: Meeting) -> WorkerOutcome:

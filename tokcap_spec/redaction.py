@@ -7,9 +7,10 @@ given in its own error text, or quotes only the password part of a URL it was gi
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit
 
 __all__ = ["REDACTED", "Redactor", "redact", "secret_values"]
 
@@ -28,14 +29,26 @@ def secret_values(kwargs: Mapping[str, Any]) -> list[str]:
 
     Each leaf value (nested in lists and mappings too) in its ``str`` and ``repr`` forms, and,
     for a value that is a URL, its password, its user where it has no password (a token), and
-    the values of its query parameters, each also percent-decoded.
+    the values of its query parameters. Each of these also in every encoded form a transport
+    or a log may show it in: percent-decoded, percent-encoded, with ``+`` for a space either
+    way, and, for a URL's user info, in base64 as an HTTP ``Authorization: Basic`` header
+    carries it.
     """
     found: set[str] = set()
     for leaf in _leaf_values(kwargs):
         found.update((str(leaf), repr(leaf)))
         if isinstance(leaf, str):
             found.update(_url_secrets(leaf))
+    found = {form for value in found for form in _encoded_forms(value)}
     return sorted((value for value in found if len(value) >= _SHORTEST), key=len, reverse=True)
+
+
+def _encoded_forms(value: str) -> set[str]:
+    """``value`` as it is, decoded and encoded the ways URLs and forms spell it."""
+    forms = {value, unquote(value), unquote_plus(value)}
+    for each in list(forms):
+        forms.update((quote(each, safe=""), quote(each), quote_plus(each), quote_plus(each, "/")))
+    return forms
 
 
 class Redactor:
@@ -59,15 +72,30 @@ def _url_secrets(value: str) -> list[str]:
     try:
         parts = urlsplit(value.strip())
         password, user = parts.password, parts.username
-        query = parse_qsl(parts.query)
     except ValueError:
         return []
-    found = [each for _, each in query]
+    # The query's values as written, not parsed: parsing decodes, and the written form leaks
+    # just as well.
+    found = [pair.partition("=")[2] for pair in parts.query.split("&")]
     if password:
         found.append(password)
+        found += _basic_auth(user or "", password)
     elif user:
         found.append(user)
-    return [form for each in found for form in {each, unquote(each)}]
+        found += _basic_auth(user, "")
+    return found
+
+
+def _basic_auth(user: str, password: str) -> list[str]:
+    """The user info as base64, in the forms an ``Authorization: Basic`` header may take."""
+    found = []
+    for name in {user, unquote(user)}:
+        for secret in {password, unquote(password)}:
+            for text in {f"{name}:{secret}", secret} - {""}:
+                for encode in (base64.b64encode, base64.urlsafe_b64encode):
+                    encoded = encode(text.encode()).decode()
+                    found += [encoded, encoded.rstrip("=")]
+    return found
 
 
 def _leaf_values(data: Any) -> list[Any]:

@@ -255,7 +255,7 @@ class Workload:
         meeting = self._supervisor.meeting
         if meeting.broken:
             return
-        self._supervisor.watch(until=lambda: meeting.steps.value >= writes)
+        self._supervisor.watch(until=lambda: meeting.steps >= writes)
 
     def signal(self) -> None:
         """Count one step from this process, so that lanes waiting for it go on."""

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from modules_on_disk import importable
 
 from conformance import _secrecy as secrecy
-from conformance._deadline import Watch, breaker, watched
+from conformance._deadline import Watch, watched
 from conformance._entries import EntryFactory
 from conformance._history.record import Action, Lane, LaneTargets, Recorder, Workload
 from conformance._reading import entry_view
@@ -51,21 +50,10 @@ SECRET = {"password": "quoted-secret-value"}
 DEADLINE = 1.0
 
 
-@pytest.fixture(autouse=True)
-def _fresh_breaker() -> Iterator[None]:
-    """Each test starts with no operation stopped, as each run of the kit does."""
-    breaker.reset()
-    yield
-    breaker.reset()
-
-
 @pytest.fixture
 def sinks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A module of misbehaving sinks, importable here and in spawned children."""
-    folder = tmp_path / "sinks"
-    folder.mkdir()
-    (folder / "misbehaving.py").write_text(textwrap.dedent(SINKS))
-    monkeypatch.syspath_prepend(str(folder))
+    importable(tmp_path / "sinks", monkeypatch, misbehaving=SINKS)
     return tmp_path
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -39,3 +42,30 @@ class TestRedact:
     def test_value_never_survives(self, secret: str, before: str, after: str) -> None:
         """Whatever surrounds it, a value of three or more characters (no '*') is gone."""
         assert secret not in redact(before + secret + after, {"k": secret})
+
+
+class TestEncodedForms:
+    URL = "redis://alice:p%40ss+w0rd@h:1/0?password=q%2Fz+y7&db=1"
+
+    @pytest.mark.parametrize(
+        "form",
+        [
+            "p%40ss+w0rd",  # the password as written
+            "p@ss+w0rd",  # decoded
+            "p%40ss%2Bw0rd",  # percent-encoded whole
+            "q%2Fz+y7",  # the query value as written
+            "q/z y7",  # decoded, + for a space
+            "q/z+y7",  # percent-decoded only
+            "q%2Fz%20y7",  # re-encoded with %20
+            base64.b64encode(b"alice:p@ss+w0rd").decode(),  # Authorization: Basic
+            base64.b64encode(b"alice:p%40ss+w0rd").decode().rstrip("="),
+        ],
+    )
+    def test_every_encoded_form_of_a_url_secret_is_masked(self, form: str) -> None:
+        """A URL's password and query values are masked however they are encoded."""
+        assert redact(f"saw {form} here", {"url": self.URL}) == f"saw {REDACTED} here"
+
+    def test_a_token_user_is_masked_in_base64(self) -> None:
+        """A URL whose user is its token has the token masked in base64 too."""
+        encoded = base64.b64encode(b"tok-4Lx9:").decode()
+        assert redact(encoded, {"url": "https://tok-4Lx9@h/x"}) == REDACTED
