@@ -18,9 +18,11 @@ Prints a markdown table and the rates; exits 1 when a correct store is flagged.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import random
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -97,6 +99,11 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=1, help="kit runs per store, new seed each")
     parser.add_argument("--redis-url")
     parser.add_argument("--only", nargs="*", default=[])
+    parser.add_argument(
+        "--record", metavar="ROUND", help="add the figures to docs/blind-rounds.json"
+    )
+    parser.add_argument("--fresh", action="store_true", help="the kit never changed for this batch")
+    parser.add_argument("--note", default="", help="what the batch holds and what it missed")
     options = parser.parse_args()
     folder = str(options.manifest.resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))
@@ -127,7 +134,42 @@ def main() -> int:
         f"on their clause {on_clause} ({100 * on_clause / total:.0f}%); "
         f"correct stores flagged: {', '.join(flagged) or 'none'}"
     )
+    if options.record:
+        record(options, len(mutant_runs), killed, on_clause, len(runs) - len(mutant_runs), flagged)
     return 1 if flagged else 0
+
+
+def record(
+    options: argparse.Namespace,
+    mutants: int,
+    killed: int,
+    on_clause: int,
+    correct: int,
+    flagged: list[str],
+) -> None:
+    """Append this round's figures to the file the kill matrix renders them from."""
+    path = PROJECT / "docs" / "blind-rounds.json"
+    rounds = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT, capture_output=True, text=True
+    ).stdout.strip()
+    rounds.append(
+        {
+            "round": options.record,
+            "measured": datetime.date.today().isoformat(),
+            "kit": commit,
+            "fresh": options.fresh,
+            "mutants": mutants,
+            "killed": killed,
+            "killed_pct": round(100 * killed / max(1, mutants)),
+            "on_clause": on_clause,
+            "on_clause_pct": round(100 * on_clause / max(1, mutants)),
+            "correct": correct,
+            "flagged": flagged,
+            "note": options.note,
+        }
+    )
+    path.write_text(json.dumps(rounds, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

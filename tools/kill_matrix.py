@@ -14,6 +14,7 @@ broken by no mutant.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -116,7 +117,40 @@ def render(runs: list[KitRun], controls: list[KitRun], clauses: list[str], wall:
         lines.append(
             f"| {clause} | {', '.join(killers) or '**none**'} | {', '.join(others) or ''} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + blind_rounds()) + "\n"
+
+
+BLIND_ROUNDS = PROJECT / "docs" / "blind-rounds.json"
+"""Each blind round's figures, as ``tools/blind_round.py --record`` wrote them."""
+
+
+def blind_rounds() -> list[str]:
+    """Return the section on blind rounds: stores written from the docs alone, measured."""
+    if not BLIND_ROUNDS.exists():
+        return []
+    lines = [
+        "",
+        "## Blind rounds: stores written from the docs alone",
+        "",
+        "Each batch was written by someone who read `docs/clauses.md` and `tokcap_spec`, never "
+        "the checks or the zoo, each store imitating a real transport, and measured with "
+        "`python tools/blind_round.py MANIFEST --record ROUND`: the whole kit as shipped, ci "
+        "profile, a new seed per run. *On clause* counts mutants whose declared clause is among "
+        "the failed ones. A batch is fresh when it was measured before the kit changed for it.",
+        "",
+        "| round | measured | kit | fresh | mutants | killed | on clause | correct stores | "
+        "flagged | note |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for entry in json.loads(BLIND_ROUNDS.read_text(encoding="utf-8")):
+        lines.append(
+            f"| {entry['round']} | {entry['measured']} | `{entry['kit']}` | "
+            f"{'yes' if entry['fresh'] else 'no'} | {entry['mutants']} | "
+            f"{entry['killed']} ({entry['killed_pct']}%) | "
+            f"{entry['on_clause']} ({entry['on_clause_pct']}%) | {entry['correct']} | "
+            f"{', '.join(entry['flagged']) or 'none'} | {entry['note']} |"
+        )
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
