@@ -112,8 +112,17 @@ def after_freeze(kit: Kit) -> None:
             rollout,
             step.call_of(entry),
         )
-        for reader, endpoint in (("a fresh source", kit.source()), ("the same source", source)):
+        shown = False
+        for reader, endpoint in (("the same source", source), ("a fresh source", kit.source())):
             after = step.freeze(kit, endpoint, rollout)
+            if shown and not after.incomplete:
+                kit.fail(
+                    expected="the mark to stay once a freeze showed it",
+                    observed=step.describe(after),
+                    hint="never clear the incomplete flag on freeze",
+                    clause="MASK-2",
+                )
+            shown = shown or after.incomplete
             if not after.incomplete or after.version == before.version:
                 kit.fail(
                     expected=f"incomplete=True under a new version, frozen by {reader} after "
@@ -267,8 +276,19 @@ def basic_masking(kit: Kit) -> None:
     step.put(kit, sink, fresh_entry, clause="PUT-1")
     clean = step.freeze(kit, source, fresh, clause="FREEZE-1")
     step.mark(kit, kit.sink(), fresh, step.call_of(fresh_entry), clause="MASK-3")
-    for endpoint in (kit.source(), source):
+    shown = False
+    for endpoint in (source, kit.source()):
         after = step.freeze(kit, endpoint, fresh, clause="MASK-3")
+        # A later freeze that lost a mark an earlier one showed is not sticky: MASK-2.
+        step.expect(
+            kit,
+            after.incomplete or not shown,
+            "the mark to stay once a freeze showed it",
+            step.describe(after),
+            "never clear the incomplete flag on freeze",
+            clause="MASK-2",
+        )
+        shown = shown or after.incomplete
         step.expect(
             kit,
             after.incomplete and after.version != clean.version,

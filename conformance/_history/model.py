@@ -245,7 +245,8 @@ def _freeze(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> St
         return _ok(state, fenced)
     wrong = _content_refusal(state, event)
     if wrong is not None:
-        if state.after_refused_drop and wrong.clause != "FREEZE-3":
+        if state.after_refused_drop and wrong.clause not in ("FREEZE-3", "EXT-BEGIN-1"):
+            # A duplicate or an intent the store never kept shows whatever came before.
             wrong = replace(wrong, clause="DROP-3", reason=f"after a refused drop, {wrong.reason}")
         return (), wrong
     if state.dropped:
