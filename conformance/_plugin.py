@@ -344,7 +344,8 @@ def _finish_unfinished(config: pytest.Config) -> None:
     if verdicts is not None and settings is not None:
         interrupt.wind_down()
         _stop_what_the_kit_started()
-        if not config.stash.get(WRITTEN_KEY, False) and not hasattr(config, "workerinput"):
+        unwritten = not config.stash.get(WRITTEN_KEY, False) and not config.option.collectonly
+        if unwritten and not hasattr(config, "workerinput"):
             signal = interrupt.received()
             reason = f"terminated by {signal}" if signal else "interrupted before the checks ran"
             verdicts.run.finish("interrupted", reason)

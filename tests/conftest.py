@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import server_binaries
 
+from conformance._deadline import breaker
 from reference.file_store import FileTokenStore
 from reference.memory_store import MemoryTokenStore
 from reference.redis_store import RedisTokenStore
@@ -266,3 +267,11 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Open]
     else:
         server: RedisServer = request.getfixturevalue("redis_server")
         yield lambda: RedisTokenStore(server.url, namespace=name)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_breaker() -> Iterator[None]:
+    """Each test starts with no operation stopped, as each run of the kit does."""
+    breaker.reset()
+    yield
+    breaker.reset()

@@ -13,6 +13,7 @@ from conformance._entries import ODD_CALL_IDS
 from conformance._kit import Endpoint, Kit
 from conformance._reading import SnapshotView, Unreadable, entry_view, record_fields
 from conformance._registry import basic, check
+from conformance._violation import ClauseViolation
 from conformance.strategies import model_call_ids, token_entry_fields
 
 
@@ -270,14 +271,19 @@ def _in(entry: Any, rollout: str) -> dict[str, Any]:
 
 
 def _round_trips(kit: Kit, *entries: Any) -> bool:
-    """Whether each entry, put alone into a rollout of its own, freezes back exactly."""
+    """Whether each entry, put alone into a rollout of its own, freezes back exactly.
+
+    A put or freeze that fails on it is a no as well: that is PUT-2's to judge.
+    """
     sink, source = kit.sink(), kit.source()
     for entry in entries:
         alone = kit.entries.build(**_in(entry, kit.rollout_id("alone")))
-        step.put(kit, sink, alone)
-        if step.payloads(step.freeze(kit, source, entry_view(alone).rollout_id)) != step.sent(
-            [alone]
-        ):
+        try:
+            step.put(kit, sink, alone)
+            frozen = step.freeze(kit, source, entry_view(alone).rollout_id)
+        except ClauseViolation:
+            return False
+        if step.payloads(frozen) != step.sent([alone]):
             return False
     return True
 

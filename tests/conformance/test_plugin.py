@@ -289,7 +289,8 @@ class Relaxed:
         return TokenCaptureSnapshot(rollout_id, entries, False, *rollout["frozen"])
 
     async def drop(self, rollout_id, *, snapshot_id, version):
-        return self._rollout(rollout_id)["frozen"] == (snapshot_id, version)
+        rollout = self._rollout(rollout_id)
+        return rollout["frozen"] == (snapshot_id, version) and rollout["version"] == version
 
     async def close(self):
         return None
