@@ -22,7 +22,12 @@ __all__ = ["MemoryTokenStore"]
 
 @dataclass
 class _Rollout:
-    """Everything one rollout holds; ``version`` counts every state change."""
+    """Everything one rollout holds.
+
+    ``version`` counts every state change. ``snapshot_id`` names the state the last freeze
+    returned and is empty whenever the state has changed since (or was never frozen), so a
+    freeze makes a new id exactly when there is something new to name.
+    """
 
     entries: dict[str, TokenEntry] = field(default_factory=dict)
     payloads: dict[str, bytes] = field(default_factory=dict)
@@ -31,7 +36,11 @@ class _Rollout:
     frozen: bool = False
     version: int = 0
     snapshot_id: str = ""
-    snapshot_version: int = -1
+
+    def changed(self) -> None:
+        """Record a state change: a new version, which no snapshot has named yet."""
+        self.version += 1
+        self.snapshot_id = ""
 
 
 @dataclass
@@ -103,7 +112,7 @@ class MemoryTokenStore:
                 return
             if known is not None:
                 rollout.incomplete = True
-                rollout.version += 1
+                rollout.changed()
                 raise ConflictingEntryError(
                     f"rollout {entry.rollout_id!r}: model_call_id {entry.model_call_id!r} was "
                     "already stored with a different payload; expected an identical re-put. "
@@ -113,7 +122,7 @@ class MemoryTokenStore:
                 raise RolloutFrozenError.for_call(entry.rollout_id, entry.model_call_id)
             rollout.entries[entry.model_call_id] = entry.model_copy(deep=True)
             rollout.payloads[entry.model_call_id] = payload
-            rollout.version += 1
+            rollout.changed()
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Mark the rollout incomplete for good and bump its version, frozen or not."""
@@ -122,7 +131,7 @@ class MemoryTokenStore:
         with self._shared.lock:
             rollout = self._live(rollout_id)
             rollout.incomplete = True
-            rollout.version += 1
+            rollout.changed()
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Record that ``model_call_id`` started; a known call id is a no-op."""
@@ -134,16 +143,15 @@ class MemoryTokenStore:
             if rollout.frozen:
                 raise RolloutFrozenError.for_call(rollout_id, call_id)
             rollout.intents.add(call_id)
-            rollout.version += 1
+            rollout.changed()
 
     async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
         """Fence the rollout and return a snapshot of deep copies of its entries."""
         with self._shared.lock:
             rollout = self._live(rollout_id)
             rollout.frozen = True
-            if rollout.snapshot_version != rollout.version:
+            if not rollout.snapshot_id:
                 rollout.snapshot_id = uuid.uuid4().hex
-                rollout.snapshot_version = rollout.version
             missing = rollout.intents.difference(rollout.entries)
             return TokenCaptureSnapshot(
                 rollout_id=rollout_id,
@@ -160,10 +168,8 @@ class MemoryTokenStore:
             rollout = self._shared.rollouts.get(checked)
             if (
                 rollout is None
-                or not rollout.frozen
                 or not rollout.snapshot_id
                 or rollout.snapshot_id != snapshot_id
-                or rollout.snapshot_version != rollout.version
                 or type(version) is not int
                 or rollout.version != version
             ):

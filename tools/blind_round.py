@@ -134,9 +134,29 @@ def main() -> int:
         f"on their clause {on_clause} ({100 * on_clause / total:.0f}%); "
         f"correct stores flagged: {', '.join(flagged) or 'none'}"
     )
+    if options.seeds > 1:
+        print()
+        print(steadiness(mutant_runs))
     if options.record:
         record(options, len(mutant_runs), killed, on_clause, len(runs) - len(mutant_runs), flagged)
     return 1 if flagged else 0
+
+
+def steadiness(mutant_runs: list[tuple[BlindStore, KitRun]]) -> str:
+    """Per mutant over its seeds: runs on clause, and whether every run failed the same set."""
+    by_store: dict[str, list[tuple[BlindStore, KitRun]]] = {}
+    for store, run in mutant_runs:
+        by_store.setdefault(store.name, []).append((store, run))
+    lines = ["| mutant | clause | runs | on clause | same failed set every run |"]
+    lines.append("| --- | --- | ---: | ---: | --- |")
+    for name, pairs in by_store.items():
+        on_clause = sum(verdict(store, run) == "killed on clause" for store, run in pairs)
+        same = len({tuple(run.failed) for _, run in pairs}) == 1
+        lines.append(
+            f"| {name} | {pairs[0][0].clause} | {len(pairs)} | {on_clause} | "
+            f"{'yes' if same else 'no'} |"
+        )
+    return "\n".join(lines)
 
 
 def record(
