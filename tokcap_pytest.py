@@ -45,7 +45,7 @@ correct network store needs, and small enough that a hang costs a CI job minutes
 
 _HOME = Path(__file__).resolve().parent
 _TARGETS = ("sink", "source", "config")
-_KIT_PLUGIN = "conformance._plugin"
+_KIT_PLUGIN = "conformance._pytest_wing.plugin"
 
 
 @dataclass(frozen=True)

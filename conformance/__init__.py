@@ -1,6 +1,8 @@
-"""The conformance kit: a pytest plugin that judges any TokenSink / TokenSource, clause by clause.
+"""The conformance kit: judges any TokenSink / TokenSource, clause by clause.
 
-Run it with ``pytest -p tokcap_pytest --tokcap-sink=module:Class``. What this package promises
+Run it with ``pytest -p tokcap_pytest --tokcap-sink=module:Class``, or from Python with
+:func:`run_conformance` (``await run_conformance_async(...)`` in a coroutine), which returns
+the report the plugin writes as JSON. What this package promises
 to keep stable is the names below and the public modules :mod:`conformance.catalog` (the
 clauses), :mod:`conformance.strategies` (Hypothesis strategies for records),
 :mod:`conformance.clauses` (``python -m conformance.clauses <ID>`` prints a clause),
@@ -18,7 +20,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from conformance._engine import Outcome
+    from conformance._library import TargetError, run_conformance, run_conformance_async
     from conformance._registry import Check, all_checks, checks_by_id
+    from conformance._report import Verdicts
     from conformance._runner import CheckBlocked, CheckSkipped, run_check
     from conformance._settings import KitSettings, SettingsError, resolve_settings
     from conformance._violation import ClauseViolation
@@ -34,17 +39,25 @@ __all__ = [
     "Clause",
     "ClauseViolation",
     "KitSettings",
+    "Outcome",
     "SettingsError",
+    "TargetError",
+    "Verdicts",
     "all_checks",
     "checks_by_id",
     "clause",
     "resolve_settings",
     "run_check",
+    "run_conformance",
+    "run_conformance_async",
 ]
 
 _EXPORTED_FROM = {
     "conformance.catalog": ("CLAUSES", "FAMILY_TITLES", "KIT", "Clause", "clause"),
+    "conformance._engine": ("Outcome",),
+    "conformance._library": ("TargetError", "run_conformance", "run_conformance_async"),
     "conformance._registry": ("Check", "all_checks", "checks_by_id"),
+    "conformance._report": ("Verdicts",),
     "conformance._runner": ("CheckBlocked", "CheckSkipped", "run_check"),
     "conformance._settings": ("KitSettings", "SettingsError", "resolve_settings"),
     "conformance._violation": ("ClauseViolation",),

@@ -1,12 +1,12 @@
 """Every channel pytest has for text, with the run's secrets masked (:mod:`conformance._secrecy`).
 
 Test reports (tracebacks, captured output, properties) are masked where they are made
-(:func:`conformance._verdict.scrub_report`). What reaches the terminal or a file another way
-is masked here: warnings (the target's own, and pytest's warnings about exceptions raised in
+(:func:`conformance._pytest_wing.verdict.scrub_report`). What reaches the terminal or a file another
+way is masked here: warnings (the target's own, and pytest's warnings about exceptions raised in
 threads and ``__del__``), records of the ``logging`` handlers pytest installs (live, file,
 captured), exceptions in threads and unraisable ones as the interpreter's hooks see them, the
-message of an interrupt, and what is written to the file descriptors 1 and 2 of this process
-or its children while the kit builds the target before any test runs.
+message of an interrupt, and what is written to the file descriptors 1 and 2 of this process or its
+children while the kit builds the target before any test runs.
 """
 
 from __future__ import annotations

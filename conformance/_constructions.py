@@ -10,11 +10,12 @@ hears of them.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 from types import CodeType, FrameType, FunctionType
 from typing import TYPE_CHECKING, Any
+
+from conformance._targets import resolve
 
 if TYPE_CHECKING:
     from conformance._deadline import Watch
@@ -53,10 +54,7 @@ def _constructor_codes(target: str) -> frozenset[CodeType]:
     if target not in _codes:
         found: frozenset[CodeType] = frozenset()
         try:
-            module, _, path = target.partition(":")
-            factory: Any = importlib.import_module(module)
-            for part in path.split("."):
-                factory = getattr(factory, part)
+            factory = resolve(target)
             if isinstance(factory, type):
                 for name in ("__init__", "__new__"):
                     method = getattr(factory, name, None)

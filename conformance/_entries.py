@@ -11,12 +11,12 @@ the record's fields. The same seed gives the same entries, so a failure replays.
 
 from __future__ import annotations
 
-import importlib
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from conformance._reading import record_fields
+from conformance._targets import Unresolved, resolve
 
 __all__ = [
     "ODD_CALL_IDS",
@@ -44,16 +44,17 @@ class EntryClassError(ValueError):
 
 def load_entry_class(target: str) -> type[Any]:
     """Import ``module.path:ClassName`` and prove it builds an entry from the record's fields."""
-    module_name, _, name = target.partition(":")
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise EntryClassError(
-            f"module {module_name!r} cannot be imported ({type(exc).__name__}); install it or "
-            "fix the module path"
-        ) from None
-    found = getattr(module, name, None)
+        found = resolve(target)
+    except Unresolved as unresolved:
+        if unresolved.cause is not None:
+            raise EntryClassError(
+                f"module {unresolved.module!r} cannot be imported "
+                f"({type(unresolved.cause).__name__}); install it or fix the module path"
+            ) from None
+        found = None
     if not isinstance(found, type):
+        module_name, _, name = target.partition(":")
         raise EntryClassError(f"module {module_name!r} has no class {name!r}")
     sample = _PROBE_FIELDS
     try:

@@ -2,15 +2,15 @@
 
 A target whose module does not import, whose name is missing or whose constructor raises is
 a mistake in how the kit was invoked, not a contract violation: :func:`probe_target` refuses
-it as a pytest usage error (exit code 4) that shows the frame of the user's own code where it
-went wrong. What the contract says about bad targets (BUILD-2) the checks judge themselves.
+it with a :class:`TargetError` that shows the frame of the user's own code where it went wrong
+(the plugin makes it a usage error, exit code 4). What the contract says about bad targets
+(BUILD-2) the checks judge themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import inspect
 import io
 import sys
@@ -21,17 +21,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from conformance import _constructions as constructions
 from conformance._channels import fd_output_masked
 from conformance._deadline import Overrun, Watch, watched
 from conformance._hints import module_lookup
 from conformance._secrecy import scrub
 from conformance._settings import KitSettings
+from conformance._targets import Unresolved, resolve
 
-__all__ = ["CONSTRUCTIONS", "SLOW_BUILD", "distribution_of", "expected_duration", "kit_version"]
-__all__ += ["probe_target"]
+__all__ = ["CONSTRUCTIONS", "SLOW_BUILD", "TargetError", "distribution_of", "expected_duration"]
+__all__ += ["kit_version", "probe_target"]
 
 SLOW_BUILD = 1.0
 """Seconds of one construction from which the kit says what they will cost the run."""
@@ -47,6 +46,10 @@ _KIT = tuple(
     for name in ("conformance", "tokcap_spec", "tokcap_pytest.py")
 )
 _STDLIB = sysconfig.get_paths()["stdlib"]
+
+
+class TargetError(Exception):
+    """The target cannot be imported or built; the message says where and what to do."""
 
 
 def kit_version() -> str:
@@ -69,12 +72,12 @@ def distribution_of(target: str) -> dict[str, str]:
 
 
 def probe_target(settings: KitSettings) -> float:
-    """Import and build the sink and the source once; raise ``pytest.UsageError`` if one fails.
+    """Import and build the sink and the source once; raise :class:`TargetError` if one fails.
 
     Return the seconds the slowest of these constructions took.
 
     What the target prints or writes meanwhile, its child processes included, is passed on
-    with the run's secrets masked: no test has started, so pytest's capture would show it as
+    with the run's secrets masked: no test has started, so a runner's capture would show it as
     it is.
     """
     printed = io.StringIO()
@@ -118,20 +121,19 @@ def expected_duration(settings: KitSettings, build_seconds: float) -> str:
 
 
 def _build_once(role: str, target: str, kwargs: dict[str, Any], seconds: float) -> float:
-    module_name, _, attr_path = target.partition(":")
     flag = f"--tokcap-{role}={target}"
     try:
-        factory: Any = importlib.import_module(module_name)
-    except Exception as exc:
-        what = f"{flag}: module {module_name!r} cannot be imported"
-        _refuse(what, exc, module_lookup(module_name, exc))
-    for part in attr_path.split("."):
-        if not hasattr(factory, part):
-            raise pytest.UsageError(
-                f"tokcap: {flag}: module {module_name!r} ({getattr(factory, '__file__', '?')}) "
-                f"has no attribute {part!r}; name a class it defines"
-            )
-        factory = getattr(factory, part)
+        factory = resolve(target)
+    except Unresolved as unresolved:
+        module_name = unresolved.module
+        if unresolved.cause is not None:
+            what = f"{flag}: module {module_name!r} cannot be imported"
+            _refuse(what, unresolved.cause, module_lookup(module_name, unresolved.cause))
+        where = getattr(unresolved.holder, "__file__", "?")
+        raise TargetError(
+            f"tokcap: {flag}: module {module_name!r} ({where}) has no attribute "
+            f"{unresolved.missing!r}; name a class it defines"
+        ) from None
     watch = Watch(seconds)
     took: list[float] = []
 
@@ -145,7 +147,7 @@ def _build_once(role: str, target: str, kwargs: dict[str, Any], seconds: float) 
     try:
         built = watched(build, watch)
     except Overrun as overrun:
-        raise pytest.UsageError(f"tokcap: {flag}: {overrun}") from None
+        raise TargetError(f"tokcap: {flag}: {overrun}") from None
     except Exception as exc:
         names = ", ".join(sorted(kwargs)) or "none"
         _refuse(f"{flag}: the constructor raised with kwargs named {names}", exc)
@@ -182,7 +184,7 @@ def _refuse(what: str, exc: BaseException, hint: str = "") -> Any:
     if hint:
         where += f"\n  {hint}"
     message = scrub(f"tokcap: {what}: {type(exc).__name__}: {exc}{where}")
-    raise pytest.UsageError(message) from None
+    raise TargetError(message) from None
 
 
 def _is_users(filename: str) -> bool:

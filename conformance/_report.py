@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 from conformance._notices import REAL_STORE
 from conformance._registry import FAMILIES, family_of
@@ -110,6 +112,8 @@ class Verdicts:
     """What the target left behind outside the kit's scratch: files, live processes."""
     constructions: int = 0
     """How many times the kit built the target in this process (spawned workers apart)."""
+    tests: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Each kit test that ran: its status (passed, failed, skipped) and message."""
 
     def record(
         self,
@@ -135,6 +139,12 @@ class Verdicts:
         entry.outcomes.append(outcome)
         entry.messages.append(message)
         entry.soft.append(soft and outcome == "blocked")
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether every check ran and no clause failed or was blocked: what exit code 0 means."""
+        summary = self.summary()
+        return self.run.status == "complete" and not summary["failed"] and not summary["blocked"]
 
     @property
     def failed(self) -> list[str]:
@@ -237,6 +247,35 @@ class Verdicts:
     def write_markdown(self, path: Path) -> None:
         _write(path, self.as_markdown())
 
+    def as_junit(self) -> str:
+        """The kit's tests as a junit XML document: one test case per check that ran."""
+        counts = Counter(status for status, _ in self.tests.values())
+        suite = ElementTree.Element(
+            "testsuite",
+            name="tokcap",
+            tests=str(len(self.tests)),
+            failures=str(counts["failed"]),
+            errors="0",
+            skipped=str(counts["skipped"]),
+            time=f"{self.run.duration or 0:.3f}",
+        )
+        for name, (status, message) in self.tests.items():
+            module, _, test = name.partition("::")
+            case = ElementTree.SubElement(
+                suite, "testcase", classname=module.removesuffix(".py"), name=test
+            )
+            if status == "failed":
+                failure = ElementTree.SubElement(case, "failure", message=_first(message))
+                failure.text = message
+            elif status == "skipped":
+                ElementTree.SubElement(case, "skipped", message=_first(message))
+        tree = ElementTree.Element("testsuites")
+        tree.append(suite)
+        return ElementTree.tostring(tree, encoding="unicode", xml_declaration=True) + "\n"
+
+    def write_junit(self, path: Path) -> None:
+        _write(path, self.as_junit())
+
 
 def _write(path: Path, text: str) -> None:
     """Write a report whole, secrets masked: a reader never sees half a file."""
@@ -244,6 +283,10 @@ def _write(path: Path, text: str) -> None:
     partial = path.with_name(f".{path.name}.partial")
     partial.write_text(scrub(text), "utf-8")
     partial.replace(path)
+
+
+def _first(message: str) -> str:
+    return message.splitlines()[0] if message else ""
 
 
 def _rank(outcome: str) -> int:

@@ -26,8 +26,9 @@ import sys
 import threading
 import time
 import traceback
+import types
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
@@ -335,7 +336,8 @@ class Supervisor:
                 args=(name, index, job, self.meeting, send, os.getpid()),
                 daemon=True,
             )
-            process.start()
+            with _main_module_left_behind():
+                process.start()
             send.close()
             self._children.append(_Child(name, index, process, receive))
         if self.meeting.start:
@@ -659,3 +661,24 @@ def run_workers(plans: list[WorkerPlan], *, together: bool = True) -> list[Worke
     supervisor = Supervisor(jobs, build_together=together)
     supervisor.start()
     return supervisor.finish()
+
+
+_MAIN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _main_module_left_behind() -> Iterator[None]:
+    """Start a spawned child without the parent's ``__main__``.
+
+    ``spawn`` runs the parent's main script again in every child, so a script that calls the
+    kit without an ``if __name__ == "__main__"`` guard would run the kit again in each worker.
+    The children need nothing from it: their job and the target are named by module.
+    """
+    with _MAIN_LOCK:
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            if main is not None:
+                sys.modules["__main__"] = main

@@ -57,7 +57,7 @@ def _modules_imported(path: Path) -> set[str]:
 
 def test_checks_never_reach_back_up_to_the_basics_or_the_runner() -> None:
     """A family module imports the steps, not the machinery that decides failed or blocked."""
-    above = {"conformance._basics", "conformance._runner", "conformance._outcomes"}
+    above = {"conformance._basics", "conformance._runner", "conformance._pytest_wing.outcomes"}
     strays = {
         path.name: sorted(_modules_imported(path) & above)
         for path in sorted((ROOT / "conformance" / "_checks").glob("*.py"))
@@ -70,3 +70,15 @@ def test_the_catalog_imports_nothing_of_the_kit() -> None:
     """The clause catalog stands alone, so every module may read it without a cycle."""
     imported = _modules_imported(ROOT / "conformance" / "catalog.py")
     assert not {name for name in imported if name.startswith("conformance")}
+
+
+def test_only_the_pytest_wing_imports_pytest() -> None:
+    """The engine, the checks and the library call run without pytest: only the wing that
+    translates their outcomes into tests imports it."""
+    importers = sorted(
+        str(path.relative_to(ROOT / "conformance"))
+        for path in (ROOT / "conformance").rglob("*.py")
+        if {"pytest", "_pytest"} & {name.split(".")[0] for name in _modules_imported(path)}
+    )
+    assert importers
+    assert [path for path in importers if not path.startswith("_pytest_wing/")] == []

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import secrets
-from typing import Any
 
 from conformance._kit import Kit, build_endpoint, unexpected_error
 from conformance._registry import basic, check
+from conformance._targets import resolve
 from conformance._workers import constructor
 from tokcap_spec.config import TokenIdCaptureConfig, TokenIdCaptureSettings
 from tokcap_spec.errors import EndpointError
-
-
-def _resolve(target: str) -> Any:
-    module, _, name = target.partition(":")
-    found: Any = importlib.import_module(module)
-    for part in name.split("."):
-        found = getattr(found, part)
-    return found
 
 
 @check("BUILD-1", "config-build-sink")
@@ -49,7 +40,7 @@ def config_build_sink(kit: Kit) -> None:
     assert first is not None
     assert second is not None
     try:
-        expected_type = _resolve(kit.settings.sink)
+        expected_type = resolve(kit.settings.sink)
         if first is second:
             kit.fail(
                 expected="each build_sink() call to return a new instance",
@@ -74,7 +65,7 @@ def unknown_kwarg_secret(kit: Kit) -> None:
     kwargs = {**kit.settings.sink_kwargs, "tokcap_unknown_option": canary}
     try:
         with kit.watch.call([constructor(kit.settings.sink)]):
-            built = _resolve(kit.settings.sink)(**kwargs)
+            built = resolve(kit.settings.sink)(**kwargs)
     except Exception as exc:
         text = f"{exc!s} {exc!r}"
         if canary in text:

@@ -248,7 +248,7 @@ def any_call_id(kit: Kit) -> None:
 @basic(None, "masking")
 def basic_masking(kit: Kit) -> None:
     """MASK-1, MASK-5, MASK-3, MASK-2, MASK-6: a mark is seen, keeps entries, moves versions,
-    sticks, and masks for a call that never put."""
+    sticks, and masks for a call that never put, on a rollout with entries or none."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id("mask")
     entry = kit.entries.entry(rollout)
@@ -350,11 +350,20 @@ def basic_masking(kit: Kit) -> None:
     for call in ("never-put", ""):
         # A call that failed before it put anything is the usual reason to mark.
         step.mark(kit, sink, failed, call, clause="MASK-6")
-    step.expect(
+    step.expect_masked(
         kit,
-        step.freeze(kit, kit.source(), failed, clause="MASK-6").incomplete,
+        failed,
         "marks of calls with no entry to mask the rollout",
-        "incomplete=False",
         _ANY_CALL_ID,
+        clause="MASK-6",
+    )
+    # A call that failed before the rollout's first put leaves a rollout with a mark alone.
+    alone = kit.rollout_id("mask-alone")
+    step.mark(kit, sink, alone, "failed-call", clause="MASK-6")
+    step.expect_masked(
+        kit,
+        alone,
+        "a mark on a rollout with no entry yet to mask it",
+        "record a mark even for a rollout nothing was put to: no entry or row needs to exist",
         clause="MASK-6",
     )

@@ -4,13 +4,13 @@ freeze by a fresh source on another thread while the check's event loop stands s
 from __future__ import annotations
 
 import asyncio
-import importlib
 import threading
 from typing import Any
 
 from conformance._kit import Endpoint, Kit, build_endpoint
 from conformance._reading import SnapshotView, entry_view, read_snapshot
 from conformance._steps.operations import put_held
+from conformance._targets import resolve
 from conformance._workers import constructor
 
 __all__ = ["construct", "freeze_elsewhere", "visible_after"]
@@ -21,12 +21,8 @@ def construct(kit: Kit, target: str, kwargs: dict[str, Any]) -> Any:
 
     The constructor runs under the check's deadline.
     """
-    module, _, name = target.partition(":")
     with kit.watch.call([constructor(target)]):
-        found: Any = importlib.import_module(module)
-        for part in name.split("."):
-            found = getattr(found, part)
-        return found(**kwargs)
+        return resolve(target)(**kwargs)
 
 
 def visible_after(

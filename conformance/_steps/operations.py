@@ -30,6 +30,7 @@ __all__ = [
     "drop",
     "expect",
     "expect_bool",
+    "expect_masked",
     "expect_drop_shape",
     "expect_equal_snapshots",
     "freeze",
@@ -194,6 +195,16 @@ def expect(
     __tracebackhide__ = True
     if not holds:
         kit.fail(expected=expected, observed=observed, hint=hint, clause=clause)
+
+
+def expect_masked(
+    kit: Kit, rollout_id: str, expected: str, hint: str, *, clause: str | None = None
+) -> None:
+    """Fail ``clause`` (by default the check's own) unless a fresh source's freeze of
+    ``rollout_id`` is incomplete."""
+    __tracebackhide__ = True
+    snapshot = freeze(kit, kit.source(), rollout_id, clause=clause)
+    expect(kit, snapshot.incomplete, expected, "incomplete=False", hint, clause=clause)
 
 
 def expect_bool(answer: object) -> None:

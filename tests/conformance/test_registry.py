@@ -10,10 +10,11 @@ from collections.abc import Iterator
 import pytest
 
 import conformance._checks
-from conformance import _outcomes as outcomes
 from conformance import _runner as runner
 from conformance._deadline import breaker
 from conformance._kit import Kit
+from conformance._pytest_wing import outcomes
+from conformance._pytest_wing.verdict import VerdictHooks
 from conformance._registry import (
     FAMILIES,
     GROUPS,
@@ -27,13 +28,12 @@ from conformance._registry import (
 from conformance._report import Verdicts
 from conformance._runner import CheckBlocked
 from conformance._settings import KitSettings
-from conformance._verdict import VerdictHooks
 from conformance._violation import ClauseViolation
 from conformance.catalog import FAMILY_TITLES
 
 MEMORY = "--tokcap-sink=reference.memory_store:MemoryTokenStore"
 LOCAL = "--tokcap-capability=process-local"
-SUITE = "conformance/_suite/test_contract.py"
+SUITE = "conformance/_pytest_wing/suite/test_contract.py"
 
 
 def nothing(kit: Kit) -> None:

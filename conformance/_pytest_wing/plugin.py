@@ -25,12 +25,19 @@ import pytest
 from conformance import _channels as channels
 from conformance import _constructions as constructions
 from conformance import _interrupt as interrupt
-from conformance import _outcomes as outcomes
 from conformance import _secrecy as secrecy
 from conformance import _tempdir as tempdir
+from conformance._engine import keep_hypothesis_out_of_the_project
 from conformance._leftovers import WorkingDirectory, become_subreaper, live_children
 from conformance._notices import header_notices
-from conformance._probe import distribution_of, expected_duration, kit_version, probe_target
+from conformance._probe import (
+    TargetError,
+    distribution_of,
+    expected_duration,
+    kit_version,
+    probe_target,
+)
+from conformance._pytest_wing import outcomes
 from conformance._report import Verdicts
 from conformance._settings import KitSettings, Option, SettingsError, resolve_settings
 
@@ -46,7 +53,7 @@ CWD_KEY = pytest.StashKey[WorkingDirectory]()
 WRITTEN_KEY = pytest.StashKey[bool]()
 BUILT = "tokcap-constructions"
 """The property of a test's report that counts the constructions it made."""
-SUITE = Path(__file__).with_name("_suite") / "test_contract.py"
+SUITE = Path(__file__).with_name("suite") / "test_contract.py"
 
 
 @pytest.hookimpl(trylast=True)
@@ -79,7 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(lambda: _finish_unfinished(config))
     interrupt.install()
     config.add_cleanup(channels.mask_hooks())
-    _keep_hypothesis_out_of_the_project()
+    keep_hypothesis_out_of_the_project()
     verdicts.distributions = {
         role: distribution_of(target)
         for role, target in (("sink", settings.sink), ("source", settings.source))
@@ -91,12 +98,12 @@ def pytest_configure(config: pytest.Config) -> None:
             expectation = expected_duration(settings, probe_target(settings))
             if expectation:
                 sys.stderr.write(expectation + "\n")
-        except pytest.UsageError:
+        except TargetError as refused:
             verdicts.run.finish("interrupted", "usage error: the target cannot be built")
             _write_reports(config, verdicts, settings)
-            raise
+            raise pytest.UsageError(str(refused)) from None
     _collect_suite(config)
-    from conformance._verdict import VerdictHooks
+    from conformance._pytest_wing.verdict import VerdictHooks
 
     config.pluginmanager.register(VerdictHooks(config, verdicts), "tokcap-verdict")
     config.pluginmanager.register(_Constructions(verdicts), "tokcap-constructions")
@@ -175,21 +182,6 @@ def _left_behind(config: pytest.Config, settings: KitSettings) -> list[str]:
         for process in live_children([tracker] if tracker else []):
             found.append(f"{process} was still running when the run ended")
     return found
-
-
-def _keep_hypothesis_out_of_the_project() -> None:
-    """Hypothesis writes into ``.hypothesis/`` of the working directory unless told otherwise.
-
-    The kit's checks use no example database; what Hypothesis still keeps there are caches
-    (constants of the modules it reads, unicode tables) that take seconds to rebuild, so they
-    go to the user's cache directory rather than into a fresh scratch folder every run.
-    """
-    if "HYPOTHESIS_STORAGE_DIRECTORY" in os.environ:
-        return
-    from hypothesis.configuration import set_hypothesis_home_dir
-
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    set_hypothesis_home_dir(str(cache / "tokcap" / "hypothesis"))
 
 
 def _collect_suite(config: pytest.Config) -> None:
@@ -288,7 +280,7 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """Mask every secret in what a test's report carries to the terminal, junit and xdist."""
     report = yield
-    from conformance._verdict import scrub_report
+    from conformance._pytest_wing.verdict import scrub_report
 
     scrub_report(report)
     built = constructions.take()
@@ -317,7 +309,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[
         interrupt.wind_down()
         _stop_what_the_kit_started()
     if verdicts is not None and not hasattr(config, "workerinput"):
-        from conformance._verdict import conclude
+        from conformance._pytest_wing.verdict import conclude
 
         verdicts.warnings += _left_behind(config, config.stash[SETTINGS_KEY])
         verdicts.constructions += constructions.take()

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from conformance import _outcomes as outcomes
+from conformance._engine import tally
+from conformance._pytest_wing import outcomes
 from conformance._report import Verdicts
 from conformance._secrecy import scrub
 
@@ -23,13 +24,6 @@ __all__ = ["VerdictHooks", "conclude", "scrub_report"]
 
 _PARAM = re.compile(r"\[([^\]]*)\]$")
 _KIT_MODULE = "test_contract.py::"
-_NOT_OBSERVATIONS = (
-    outcomes.MESSAGE,
-    outcomes.CLAUSE,
-    outcomes.COVERS,
-    outcomes.BLOCKED_BY,
-    outcomes.BLOCKER_MESSAGE,
-)
 
 
 class VerdictHooks:
@@ -59,59 +53,11 @@ class VerdictHooks:
         found = _registered().get(match.group(1))
         if found is None:
             return
-        verdicts = self.verdicts
-        properties = dict(report.user_properties)
-        for key, value in properties.items():
-            if key.startswith("tokcap_") and key not in _NOT_OBSERVATIONS:
-                verdicts.observations[key.removeprefix("tokcap_")] = str(value)
-        # The clauses the test stands for: its primary clause, or every clause a check with
-        # none covers.
-        answering = found.judges if found.clause is None else (found.clause,)
-        verdicts.reported.add(report.nodeid)
-        # A check proving many clauses that stops on one of them leaves the others unproven,
-        # which must not outweigh a check of those clauses that passed.
-        soft = bool(found.covers)
-        if report.failed:
-            message = str(properties.get(outcomes.MESSAGE) or _first_line(report.longreprtext))
-            violated = str(properties.get(outcomes.CLAUSE) or found.clause_for())
-            verdicts.record(violated, report.nodeid, "failed", message)
-            if properties.get(outcomes.BLOCKED_BY):
-                for clause in answering:
-                    if clause != violated:
-                        verdicts.record(
-                            clause,
-                            report.nodeid,
-                            "blocked",
-                            f"blocked by {violated}: {message}",
-                            violated,
-                            soft=soft,
-                        )
-            elif found.clause is not None and violated != found.clause:
-                verdicts.record(
-                    found.clause,
-                    report.nodeid,
-                    "blocked",
-                    f"blocked by {violated}: {message}",
-                    violated,
-                    soft=soft,
-                )
-        elif report.skipped:
-            reason = _skip_reason(report)
-            blocker = properties.get(outcomes.BLOCKED_BY)
-            if blocker:
-                evidence = str(properties.get(outcomes.BLOCKER_MESSAGE, reason))
-                verdicts.record(str(blocker), report.nodeid, "failed", evidence)
-                for clause in answering:
-                    verdicts.record(
-                        clause, report.nodeid, "blocked", reason, str(blocker), soft=soft
-                    )
-                return
-            outcome = "not-claimed" if reason.startswith("not claimed") else "skipped"
-            for clause in answering:
-                verdicts.record(clause, report.nodeid, outcome, reason)
-        elif report.when == "call":
-            for proven in found.judges:
-                verdicts.record(proven, report.nodeid, "passed")
+        self.verdicts.reported.add(report.nodeid)
+        text = _skip_reason(report) if report.skipped else _first_line(report.longreprtext)
+        outcome = outcomes.outcome_of(report, found, text)
+        if outcome is not None:
+            tally(self.verdicts, found, report.nodeid, outcome)
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         if config.option.collectonly:
