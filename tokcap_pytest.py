@@ -16,7 +16,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pluggy import HookimplMarker
 
@@ -29,6 +29,8 @@ hookimpl = HookimplMarker("pytest")
 
 __all__ = [
     "DEFAULT_ENTRY_CLASS",
+    "DEFAULT_FENCE",
+    "DEFAULT_PROFILE",
     "DEFAULT_SEED",
     "DEFAULT_TIMEOUTS",
     "OPTIONS",
@@ -37,8 +39,11 @@ __all__ = [
     "pytest_configure",
 ]
 
+# Each option's default lives here alone: the settings, the Python call and --help read it.
 DEFAULT_SEED = 1729
 DEFAULT_ENTRY_CLASS = "tokcap_spec.records:TokenEntry"
+DEFAULT_FENCE: Final = "any"
+DEFAULT_PROFILE = "ci"
 DEFAULT_TIMEOUTS = {"quick": 30.0, "ci": 30.0, "thorough": 120.0}
 """Seconds one call into the implementation may take under each profile: far beyond what a
 correct network store needs, and small enough that a hang costs a CI job minutes, not hours."""
@@ -135,7 +140,7 @@ OPTIONS = (
     Option(
         "fence",
         "the fence to require: any (strict or relaxed) or strict",
-        "any",
+        DEFAULT_FENCE,
         choices=("any", "strict"),
     ),
     Option(
@@ -145,17 +150,22 @@ OPTIONS = (
         multiple=True,
         choices=("no-delete", "process-local"),
     ),
-    Option("seed", "seed of the generated entries (an integer)", "1729", metavar="INT"),
+    Option(
+        "seed",
+        "seed of the generated entries (an integer)",
+        "a new one each run, printed in the summary",
+        metavar="INT",
+    ),
     Option(
         "profile",
         "budget of the concurrency checks",
-        "ci",
+        DEFAULT_PROFILE,
         choices=("quick", "ci", "thorough"),
     ),
     Option(
         "timeout",
         "seconds any one call into the implementation may take before its clause fails",
-        "30 (quick, ci), 120 (thorough)",
+        ", ".join(f"{seconds:g} ({profile})" for profile, seconds in DEFAULT_TIMEOUTS.items()),
         metavar="SECONDS",
     ),
     Option(
@@ -175,7 +185,7 @@ OPTIONS = (
     Option(
         "entry-class",
         "the record class the kit builds the entries it puts with, as module.path:ClassName",
-        "tokcap_spec.records:TokenEntry",
+        DEFAULT_ENTRY_CLASS,
         metavar="MODULE:CLASS",
     ),
 )

@@ -20,7 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from conformance._engine import Outcome
+    from conformance._engine import Outcome, evaluate
     from conformance._library import TargetError, run_conformance, run_conformance_async
     from conformance._registry import Check, all_checks, checks_by_id
     from conformance._report import Verdicts
@@ -46,6 +46,7 @@ __all__ = [
     "all_checks",
     "checks_by_id",
     "clause",
+    "evaluate",
     "resolve_settings",
     "run_check",
     "run_conformance",
@@ -54,7 +55,7 @@ __all__ = [
 
 _EXPORTED_FROM = {
     "conformance.catalog": ("CLAUSES", "FAMILY_TITLES", "KIT", "Clause", "clause"),
-    "conformance._engine": ("Outcome",),
+    "conformance._engine": ("Outcome", "evaluate"),
     "conformance._library": ("TargetError", "run_conformance", "run_conformance_async"),
     "conformance._registry": ("Check", "all_checks", "checks_by_id"),
     "conformance._report": ("Verdicts",),

@@ -30,7 +30,14 @@ from conformance._engine import evaluate, keep_hypothesis_out_of_the_project, ta
 from conformance._probe import TargetError, distribution_of, kit_version, probe_target
 from conformance._registry import Check, all_checks
 from conformance._report import Verdicts
-from conformance._settings import KitSettings, Option, SettingsError, resolve_settings
+from conformance._settings import (
+    DEFAULT_FENCE,
+    DEFAULT_PROFILE,
+    KitSettings,
+    Option,
+    SettingsError,
+    resolve_settings,
+)
 from conformance.catalog import CLAUSES, KIT, KIT_FAMILIES
 
 __all__ = ["TargetError", "run_conformance", "run_conformance_async"]
@@ -45,9 +52,9 @@ def run_conformance(
     sink_kwargs: Mapping[str, Any] | None = None,
     source: str | None = None,
     source_kwargs: Mapping[str, Any] | None = None,
-    fence: str = "any",
+    fence: str = DEFAULT_FENCE,
     capabilities: Iterable[str] = (),
-    profile: str = "ci",
+    profile: str = DEFAULT_PROFILE,
     seed: int | None = None,
     timeout: float | None = None,
     entry_class: str | None = None,

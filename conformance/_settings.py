@@ -17,11 +17,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tokcap_pytest import DEFAULT_ENTRY_CLASS, DEFAULT_SEED, DEFAULT_TIMEOUTS, OPTIONS, Option
+from tokcap_pytest import (
+    DEFAULT_ENTRY_CLASS,
+    DEFAULT_FENCE,
+    DEFAULT_PROFILE,
+    DEFAULT_SEED,
+    DEFAULT_TIMEOUTS,
+    OPTIONS,
+    Option,
+)
 
 __all__ = [
     "CAPABILITIES",
     "DEFAULT_ENTRY_CLASS",
+    "DEFAULT_FENCE",
+    "DEFAULT_PROFILE",
     "DEFAULT_SEED",
     "FENCES",
     "OPTIONS",
@@ -51,17 +61,17 @@ class KitSettings:
     sink_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
     source: str = ""
     source_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    fence: Literal["any", "strict"] = "any"
+    fence: Literal["any", "strict"] = DEFAULT_FENCE
     capabilities: frozenset[str] = frozenset()
     seed: int = DEFAULT_SEED
     seed_given: bool = False
     """Whether the user named the seed; a run without one draws its own (and prints it)."""
-    profile: str = "ci"
+    profile: str = DEFAULT_PROFILE
     report: Path | None = None
     report_md: Path | None = None
     config: Path | None = None
     entry_class: str = DEFAULT_ENTRY_CLASS
-    timeout: float = DEFAULT_TIMEOUTS["ci"]
+    timeout: float = DEFAULT_TIMEOUTS[DEFAULT_PROFILE]
     """Seconds any one call into the implementation may take."""
     real_store: bool = False
     """Whether the sink is a store a Gym config names, judged where it points: the kit's test
@@ -145,7 +155,7 @@ class _Scratch:
 
 
 def _build(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
-    profile = _choice(raw, "profile", PROFILES, "ci")
+    profile = _choice(raw, "profile", PROFILES, DEFAULT_PROFILE)
     allow_real_store = _switch(raw, "allow-real-store")
     sink, sink_kwargs, config_path, real_store = _sink_target(raw, tmp_root, allow_real_store)
     source = _target(raw, "source") if "source" in raw else ""
@@ -157,7 +167,7 @@ def _build(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
         sink_kwargs=sink_kwargs,
         source=source or sink,
         source_kwargs=source_kwargs,
-        fence=_choice(raw, "fence", FENCES, "any"),  # type: ignore[arg-type]
+        fence=_choice(raw, "fence", FENCES, DEFAULT_FENCE),  # type: ignore[arg-type]
         capabilities=_capabilities(raw),
         seed=_seed(raw),
         seed_given="seed" in raw,

@@ -78,6 +78,21 @@ def test_the_example_passes_the_whole_kit(tmp_path: Path) -> None:
     assert_green(run_documented(sys.executable, folder), folder)
 
 
+def test_the_pages_python_call_gets_the_example_green(tmp_path: Path) -> None:
+    """The page's script, next to the example store, runs the kit through run_conformance
+    and says the store conforms."""
+    blocks = DOC.read_text().split("```python")[1:]
+    (script,) = [block.split("```", 1)[0] for block in blocks if "run_conformance" in block]
+    folder = empty_folder_with_the_sink(tmp_path)
+    (folder / "judge.py").write_text(script)
+    done = subprocess.run(
+        [sys.executable, "judge.py"], cwd=folder, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "conformant"
+    assert "| PUT-2 | passed |" in (folder / "report.md").read_text()
+
+
 @pytest.mark.slow
 def test_a_wheel_user_gets_the_example_green(tmp_path: Path) -> None:
     """Installed from its wheel alone, the kit passes the example run as the page says."""
