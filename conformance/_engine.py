@@ -24,9 +24,17 @@ if TYPE_CHECKING:
     from conformance._registry import Check
     from conformance._report import Verdicts
 
-__all__ = ["Outcome", "evaluate", "keep_hypothesis_out_of_the_project", "tally", "test_name"]
+__all__ = [
+    "STATUSES",
+    "Outcome",
+    "evaluate",
+    "keep_hypothesis_out_of_the_project",
+    "tally",
+    "test_name",
+]
 
-Status = Literal["passed", "failed", "skipped"]
+Status = Literal["passed", "failed", "skipped", "not-claimed"]
+STATUSES: tuple[Status, ...] = ("passed", "failed", "skipped", "not-claimed")
 
 _HANG_HINT = (
     "a call that never returns stalls every caller: look for a lock never released, a wait "
@@ -39,13 +47,13 @@ _HANG_HINT = (
 class Outcome:
     """What one check came to.
 
-    ``status`` is ``passed``, ``failed`` or ``skipped``. A failure names the ``clause`` it
-    violates and its ``message``. A failure with ``blocked_by`` is a check a more basic clause
-    kept from judging its own: ``clause`` is then that basic clause and ``message`` its
-    evidence. A skip's ``message`` is its reason (``not claimed: ...`` when the target declared
-    a capability under which the check does not apply); a skip with ``blocked_by`` is a check
-    that needed an operation the kit stopped calling after it overran, and
-    ``blocker_message`` is that overrun.
+    ``status`` is ``passed``, ``failed``, ``skipped`` or ``not-claimed`` (skipped because the
+    target declared a capability under which the check does not apply). A failure names the
+    ``clause`` it violates and its ``message``. A failure with ``blocked_by`` is a check a more
+    basic clause kept from judging its own: ``clause`` is then that basic clause and ``message``
+    its evidence. A skip's ``message`` is its reason; a skip with ``blocked_by`` is a check that
+    needed an operation the kit stopped calling after it overran, and ``blocker_message`` is
+    that overrun.
     """
 
     check: str
@@ -57,11 +65,6 @@ class Outcome:
     observations: Mapping[str, str] = field(default_factory=dict)
     violation: ClauseViolation | None = field(default=None, compare=False, repr=False)
     """The violation the check raised, for a runner that shows its traceback."""
-
-    @property
-    def not_claimed(self) -> bool:
-        """Whether the check was skipped because the target does not claim what it needs."""
-        return self.status == "skipped" and self.message.startswith("not claimed")
 
 
 def test_name(check: Check) -> str:
@@ -84,7 +87,8 @@ def evaluate(settings: KitSettings, check: Check) -> Outcome:
     try:
         observations = watched(lambda: run_check(settings, check), watch)
     except CheckSkipped as skipped:
-        return Outcome(check.id, "skipped", message=skipped.reason)
+        status: Status = "not-claimed" if skipped.not_claimed else "skipped"
+        return Outcome(check.id, status, message=skipped.reason)
     except CheckBlocked as blocked:
         evidence = str(blocked.violation)
         return Outcome(
@@ -149,10 +153,9 @@ def tally(verdicts: Verdicts, check: Check, name: str, outcome: Outcome) -> None
         verdicts.record(outcome.blocked_by, name, "failed", evidence)
         for clause in answering:
             verdicts.record(clause, name, "blocked", outcome.message, outcome.blocked_by, soft=soft)
-    elif outcome.status == "skipped":
-        status = "not-claimed" if outcome.not_claimed else "skipped"
+    elif outcome.status in ("skipped", "not-claimed"):
         for clause in answering:
-            verdicts.record(clause, name, status, outcome.message)
+            verdicts.record(clause, name, outcome.status, outcome.message)
     else:
         for proven in check.judges:
             verdicts.record(proven, name, "passed")

@@ -113,7 +113,7 @@ class Verdicts:
     constructions: int = 0
     """How many times the kit built the target in this process (spawned workers apart)."""
     tests: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """Each kit test that ran: its status (passed, failed, skipped) and message."""
+    """Each kit test that ran: its status (passed, failed, skipped, not-claimed) and message."""
 
     def record(
         self,
@@ -249,7 +249,9 @@ class Verdicts:
 
     def as_junit(self) -> str:
         """The kit's tests as a junit XML document: one test case per check that ran."""
-        counts = Counter(status for status, _ in self.tests.values())
+        counts = Counter(
+            "skipped" if status == "not-claimed" else status for status, _ in self.tests.values()
+        )
         suite = ElementTree.Element(
             "testsuite",
             name="tokcap",
@@ -267,7 +269,7 @@ class Verdicts:
             if status == "failed":
                 failure = ElementTree.SubElement(case, "failure", message=_first(message))
                 failure.text = message
-            elif status == "skipped":
+            elif status in ("skipped", "not-claimed"):
                 ElementTree.SubElement(case, "skipped", message=_first(message))
         tree = ElementTree.Element("testsuites")
         tree.append(suite)

@@ -16,11 +16,15 @@ __all__ = ["CheckBlocked", "CheckSkipped", "run_check"]
 
 
 class CheckSkipped(Exception):
-    """The check does not apply; ``reason`` starts with ``not claimed:`` or ``extension``."""
+    """The check does not apply; ``reason`` starts with ``not claimed:`` or ``extension``.
 
-    def __init__(self, reason: str) -> None:
+    ``not_claimed`` says whether the target declared a capability under which it does not.
+    """
+
+    def __init__(self, reason: str, *, not_claimed: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.not_claimed = not_claimed
 
 
 class CheckBlocked(Exception):
@@ -55,7 +59,7 @@ def run_check(settings: KitSettings, check: Check) -> dict[str, str]:
     try:
         check.function(kit)
     except NotClaimed as exc:
-        raise CheckSkipped(f"not claimed: {exc}") from None
+        raise CheckSkipped(f"not claimed: {exc}", not_claimed=True) from None
     except ExtensionMissing as exc:
         raise CheckSkipped(str(exc)) from None
     except BlockedBy as exc:

@@ -22,14 +22,19 @@ from conformance._settings import KitSettings
 if TYPE_CHECKING:
     from conformance._registry import Check
 
-__all__ = ["BLOCKED_BY", "BLOCKER_MESSAGE", "CLAUSE", "COVERS", "MESSAGE", "judge", "outcome_of"]
+__all__ = ["BLOCKED_BY", "BLOCKER_MESSAGE", "CHECK", "CLAUSE", "COVERS", "MESSAGE", "STATUS"]
+__all__ += ["judge", "outcome_of"]
 
 MESSAGE = "tokcap_message"
 CLAUSE = "tokcap_clause"
 COVERS = "tokcap_covers"
 BLOCKED_BY = "tokcap_blocked_by"
 BLOCKER_MESSAGE = "tokcap_blocker_message"
-_NOT_OBSERVATIONS = (MESSAGE, CLAUSE, COVERS, BLOCKED_BY, BLOCKER_MESSAGE)
+CHECK = "tokcap_check"
+"""The id of the check a kit test runs, on the test from its collection on."""
+STATUS = "tokcap_status"
+"""The outcome's status, on the test once the check ran."""
+_NOT_OBSERVATIONS = (MESSAGE, CLAUSE, COVERS, BLOCKED_BY, BLOCKER_MESSAGE, CHECK, STATUS)
 
 
 def judge(settings: KitSettings, check: Check, properties: list[tuple[str, object]]) -> None:
@@ -38,6 +43,7 @@ def judge(settings: KitSettings, check: Check, properties: list[tuple[str, objec
     if check.covers:
         properties.append((COVERS, " ".join(check.covers)))
     outcome = evaluate(settings, check)
+    properties.append((STATUS, outcome.status))
     if outcome.blocked_by:
         properties += [(BLOCKED_BY, outcome.blocked_by)]
         properties += [(BLOCKER_MESSAGE, outcome.blocker_message)]
@@ -48,7 +54,7 @@ def judge(settings: KitSettings, check: Check, properties: list[tuple[str, objec
         if outcome.violation is not None:
             raise outcome.violation
         pytest.fail(outcome.message, pytrace=False)
-    if outcome.status == "skipped":
+    if outcome.status in ("skipped", "not-claimed"):
         pytest.skip(outcome.message)
     for key, value in outcome.observations.items():
         properties.append((f"tokcap_{key}", value))
@@ -77,9 +83,10 @@ def outcome_of(report: pytest.TestReport, check: Check, message: str) -> Outcome
             observations=observations,
         )
     if report.skipped:
+        status = properties.get(STATUS)
         return Outcome(
             check.id,
-            "skipped",
+            "not-claimed" if status == "not-claimed" else "skipped",
             message=message,
             blocked_by=blocked_by,
             blocker_message=blocker_message or message,

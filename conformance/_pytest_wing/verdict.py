@@ -7,7 +7,6 @@ too, so the verdict sees every worker's tests.
 from __future__ import annotations
 
 import functools
-import re
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -22,7 +21,6 @@ if TYPE_CHECKING:
 
 __all__ = ["VerdictHooks", "conclude", "scrub_report"]
 
-_PARAM = re.compile(r"\[([^\]]*)\]$")
 _KIT_MODULE = "test_contract.py::"
 
 
@@ -40,6 +38,10 @@ class VerdictHooks:
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         self.selected = {item.nodeid for item in items if _KIT_MODULE in item.nodeid}
+        for item in items:
+            found = _check_of(item)
+            if found is not None:  # every phase's report names its check
+                item.user_properties.append((outcomes.CHECK, found.id))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
@@ -47,10 +49,8 @@ class VerdictHooks:
         self.selected |= {nodeid for nodeid in ids if _KIT_MODULE in nodeid}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        match = _PARAM.search(report.nodeid)
-        if match is None or _KIT_MODULE not in report.nodeid:
-            return
-        found = _registered().get(match.group(1))
+        named = dict(report.user_properties).get(outcomes.CHECK)
+        found = _registered().get(str(named)) if named is not None else None
         if found is None:
             return
         self.verdicts.reported.add(report.nodeid)
@@ -128,6 +128,13 @@ def _selection(hooks: VerdictHooks, verdicts: Verdicts) -> bool:
 
 
 @functools.cache
+def _check_of(item: pytest.Item) -> Check | None:
+    """The check a collected kit test runs: its ``tokcap_check`` parameter."""
+    callspec = getattr(item, "callspec", None)
+    found = callspec.params.get("tokcap_check") if callspec is not None else None
+    return found if _KIT_MODULE in item.nodeid and found is not None else None
+
+
 def _registered() -> dict[str, Check]:
     """Every registered check by id, read once per process."""
     from conformance._registry import checks_by_id

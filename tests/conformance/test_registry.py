@@ -197,7 +197,7 @@ class TestVerdict:
             outcome,
             longrepr,
             "call",
-            user_properties=list(properties),
+            user_properties=[(outcomes.CHECK, "model-based"), *properties],
         )
 
     def test_a_pass_proves_every_covered_clause(self, hooks: VerdictHooks) -> None:
@@ -233,6 +233,7 @@ class TestVerdict:
                 "passed",
                 None,
                 "call",
+                user_properties=[(outcomes.CHECK, "DROP-2-stale-version")],
             )
         )
         clauses = hooks.verdicts.clauses
