@@ -76,6 +76,8 @@ class KitSettings:
     real_store: bool = False
     """Whether the sink is a store a Gym config names, judged where it points: the kit's test
     rollouts (their ids unique to this run) stay in it."""
+    tmp_path: str = ""
+    """The folder ``{tmp_path}`` in the kwargs became, or ``""`` when they do not use it."""
 
     def __post_init__(self) -> None:
         if not self.source:
@@ -90,6 +92,16 @@ class KitSettings:
             return None
         path = Path(root)
         return path if path.name.startswith(".tokcap-conformance-") else None
+
+    def fresh_store_kwargs(self, name: str) -> dict[str, Any] | None:
+        """The sink kwargs with ``{tmp_path}`` a new empty folder ``name`` inside it: a store
+        nothing was ever built on. None when the kwargs do not use ``{tmp_path}``."""
+        if not self.tmp_path:
+            return None
+        folder = Path(self.tmp_path) / name
+        folder.mkdir()
+        fresh: dict[str, Any] = _replaced(dict(self.sink_kwargs), self.tmp_path, folder)
+        return fresh
 
     @property
     def secrets(self) -> dict[str, Any]:
@@ -153,6 +165,11 @@ class _Scratch:
             self._path = self._make()
         return str(self._path)
 
+    @property
+    def made(self) -> str:
+        """The directory, if a kwarg used it; else ``""``."""
+        return "" if self._path is None else str(self._path)
+
 
 def _build(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
     profile = _choice(raw, "profile", PROFILES, DEFAULT_PROFILE)
@@ -178,6 +195,7 @@ def _build(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
         entry_class=_entry_class(raw),
         timeout=_timeout(raw, profile),
         real_store=real_store,
+        tmp_path=tmp_root.made,
     )
 
 
@@ -264,12 +282,18 @@ def _kwargs(raw: dict[str, tuple[Any, str]], name: str, tmp_root: _Scratch) -> d
 
 def _substitute(data: Any, tmp_root: _Scratch) -> Any:
     """Replace ``{tmp_path}`` in every string by a fresh directory made for this run."""
+    return _replaced(data, "{tmp_path}", tmp_root)
+
+
+def _replaced(data: Any, old: str, new: object) -> Any:
+    """``data`` with ``old`` replaced by ``str(new)`` in every string (``new`` is made into a
+    string only where ``old`` occurs)."""
     if isinstance(data, str):
-        return data.replace("{tmp_path}", str(tmp_root)) if "{tmp_path}" in data else data
+        return data.replace(old, str(new)) if old in data else data
     if isinstance(data, dict):
-        return {key: _substitute(value, tmp_root) for key, value in data.items()}
+        return {key: _replaced(value, old, new) for key, value in data.items()}
     if isinstance(data, list):
-        return [_substitute(value, tmp_root) for value in data]
+        return [_replaced(value, old, new) for value in data]
     return data
 
 

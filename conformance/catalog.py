@@ -247,8 +247,9 @@ CLAUSES: tuple[Clause, ...] = (
             "appending to the snapshot object it returned; entries loaded lazily when iterated."
         ),
         hazards=(
-            "The caller editing a returned snapshot's entry list and the lists inside its "
-            "entries, then freezing from the same and a fresh source; later marks and puts, "
+            "The caller editing a returned snapshot's entry list and every list and mapping "
+            "inside its entries (entries as objects or as any mapping, read-only views "
+            "included), then freezing from the same and a fresh source; later marks and puts, "
             "then the earlier snapshot reread as it is, after the same source froze again and "
             "after a fresh one did."
         ),
@@ -343,7 +344,11 @@ CLAUSES: tuple[Clause, ...] = (
             "Creating a table or directory without tolerating that it exists; migrations run by "
             "every constructor; lock files held while constructing."
         ),
-        hazards=("Four spawned workers released together to construct their sinks."),
+        hazards=(
+            "Four spawned workers released together to construct their sinks, on the run's "
+            "store and (when the kwargs use `{tmp_path}`) on a new empty folder nothing was "
+            "ever built on."
+        ),
         checked_by=KIT,
     ),
     Clause(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from conformance import _steps as step
@@ -10,6 +11,7 @@ from conformance._kit import Endpoint, Kit
 from conformance._reading import Unreadable, read_snapshot
 from conformance._registry import basic, check
 from tokcap_spec.protocols import TokenSink, TokenSource, protocol_methods, protocol_problems
+from tokcap_spec.records import TokenEntry
 
 
 def _expect_protocol(
@@ -79,6 +81,20 @@ def drop_keywords(kit: Kit) -> None:
     step.expect_bool(answer)
 
 
+_RECORD_FIELDS = tuple(TokenEntry.model_fields)
+
+
+def _tamper(entry: Any) -> None:
+    """Edit, in place, every list and mapping the entry hands out, however it hands them out:
+    as attributes, or as the values of any mapping (a read-only view included)."""
+    for name in _RECORD_FIELDS:
+        value = entry.get(name) if isinstance(entry, Mapping) else getattr(entry, name, None)
+        if isinstance(value, list):
+            value.append({"tampered": True} if name == "output_items" else 1)
+        elif isinstance(value, dict):
+            value["tampered"] = True
+
+
 @check("SHAPE-3", "caller-mutation")
 def caller_mutation(kit: Kit) -> None:
     """Mutating a returned snapshot's entries never changes what a later freeze returns."""
@@ -89,17 +105,7 @@ def caller_mutation(kit: Kit) -> None:
     expected = step.state(first)
     entries = first.raw.entries
     for entry in entries:
-        for name in ("prompt_token_ids", "generation_token_ids", "generation_log_probs"):
-            values = entry.get(name) if isinstance(entry, dict) else getattr(entry, name, None)
-            if isinstance(values, list):
-                values.append(1)
-        items = (
-            entry.get("output_items")
-            if isinstance(entry, dict)
-            else getattr(entry, "output_items", None)
-        )
-        if isinstance(items, list):
-            items.append({"tampered": True})
+        _tamper(entry)
     if isinstance(entries, list):
         entries.clear()
     for label, endpoint in (("the same source", source), ("a fresh source", kit.source())):

@@ -20,10 +20,10 @@ def _require_processes(kit: Kit) -> None:
         raise NotClaimed(PROCESS_LOCAL)
 
 
-def _plan(kit: Kit, entries: list[Any]) -> WorkerPlan:
+def _plan(kit: Kit, entries: list[Any], kwargs: dict[str, Any] | None = None) -> WorkerPlan:
     return WorkerPlan(
         kit.settings.sink,
-        dict(kit.settings.sink_kwargs),
+        dict(kit.settings.sink_kwargs) if kwargs is None else kwargs,
         tuple(Operation("put", entry_view(entry).payload) for entry in entries),
         entry_class=kit.settings.entry_class,
     )
@@ -57,20 +57,29 @@ def spawned_worker_builds(kit: Kit) -> None:
 
 @check("SPAWN-2", "concurrent-construction")
 def concurrent_construction(kit: Kit) -> None:
-    """Four spawned workers constructing their sinks at the same moment all succeed."""
+    """Four spawned workers constructing their sinks at the same moment all succeed, on the
+    run's store and on a store nothing was ever built on."""
     _require_processes(kit)
-    shared = kit.rollout_id("shared")
-    plans = [
-        _plan(
-            kit,
-            [
-                kit.entries.entry(shared, prompt_len=8, generation_len=4),
-                kit.entries.entry(kit.rollout_id(f"own{n}"), prompt_len=8, generation_len=4),
-            ],
-        )
-        for n in range(4)
-    ]
-    _expect_all_ok(kit, run_workers(plans, together=True), " while others construct")
+    # With {tmp_path} in the kwargs, the workers also race to set up a brand-new store, as
+    # the serving processes of a first job do.
+    fresh = kit.settings.fresh_store_kwargs(kit.rollout_id("fresh-store"))
+    for kwargs, where in ((None, ""), (fresh, " on a store never built before")):
+        if where and kwargs is None:
+            continue
+        shared = kit.rollout_id("shared")
+        plans = [
+            _plan(
+                kit,
+                [
+                    kit.entries.entry(shared, prompt_len=8, generation_len=4),
+                    kit.entries.entry(kit.rollout_id(f"own{n}"), prompt_len=8, generation_len=4),
+                ],
+                kwargs,
+            )
+            for n in range(4)
+        ]
+        outcomes = run_workers(plans, together=True)
+        _expect_all_ok(kit, outcomes, f" while others construct{where}")
 
 
 @check("SPAWN-3", "acks-visible-to-parent")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+import json
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple
 
 from base import BaseStore, RelaxedFileStore, RolloutFileState
@@ -121,6 +123,41 @@ class SharedEntryObjects(BaseStore):
         if stored not in self._parsed:
             self._parsed[stored] = super().decode(stored)
         return self._parsed[stored]
+
+
+@dataclass(frozen=True)
+class _MappingSnapshot:
+    rollout_id: str
+    entries: tuple[Mapping[str, Any], ...]
+    incomplete: bool
+    snapshot_id: str
+    version: int
+
+
+class ReadOnlyViewsOfCache(BaseStore):
+    """SHAPE-3: entries come back as read-only mapping views of a per-instance parse cache.
+
+    The view refuses item assignment, which looked safe enough to share the parsed dicts, but
+    the lists inside them are the cache's own: a caller who appends to one changes what the
+    next freeze returns.
+    """
+
+    breaks: ClassVar[str] = "SHAPE-3"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._parsed: dict[str, dict[str, Any]] = {}
+
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> Any:
+        full = super().snapshot(rollout_id, state)
+        views = []
+        for stored in state.entries.values():
+            if stored not in self._parsed:
+                self._parsed[stored] = json.loads(stored)
+            views.append(MappingProxyType(self._parsed[stored]))
+        return _MappingSnapshot(
+            rollout_id, tuple(views), full.incomplete, full.snapshot_id, full.version
+        )
 
 
 @dataclass
