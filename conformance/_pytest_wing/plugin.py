@@ -51,6 +51,10 @@ VERDICTS_KEY = pytest.StashKey[Verdicts]()
 SCRATCH_KEY = pytest.StashKey[Path]()
 CWD_KEY = pytest.StashKey[WorkingDirectory]()
 WRITTEN_KEY = pytest.StashKey[bool]()
+WORKER_PIDS_KEY = pytest.StashKey[list[int]]()
+WORKER_LEFTOVERS_KEY = pytest.StashKey[list[str]]()
+_PID_OUTPUT = "tokcap_pid"
+_LEFTOVERS_OUTPUT = "tokcap_leftovers"
 BUILT = "tokcap-constructions"
 """The property of a test's report that counts the constructions it made."""
 SUITE = Path(__file__).with_name("suite") / "test_contract.py"
@@ -162,7 +166,7 @@ def _keep_the_target_in_scratch(config: pytest.Config) -> None:
 def _left_behind(config: pytest.Config, settings: KitSettings) -> list[str]:
     """Warnings about files the run made in the working directory outside its own outputs,
     and about processes still running that the kit did not start."""
-    found = []
+    found: list[str] = []
     before = config.stash.get(CWD_KEY, None)
     if before is not None:
         outputs = [p for p in (settings.report, settings.report_md) if p is not None]
@@ -177,11 +181,26 @@ def _left_behind(config: pytest.Config, settings: KitSettings) -> list[str]:
             outputs += settings.report.parent.glob("*-timeline.html")
         for name in before.new_files(outputs):
             found.append(f"the target left {name} in the working directory {before.root}")
-    if not config.pluginmanager.has_plugin("dsession"):  # an xdist controller's children
-        tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
-        for process in live_children([tracker] if tracker else []):
-            found.append(f"{process} was still running when the run ended")
-    return found
+    # An xdist controller's own children are its workers: each says its pid on the way down.
+    found += _still_running(config.stash.get(WORKER_PIDS_KEY, []))
+    heard: list[str] = config.stash.get(WORKER_LEFTOVERS_KEY, [])
+    return found + heard
+
+
+def _still_running(ignored: list[int]) -> list[str]:
+    """The processes this one started (or adopted) that still run, the kit's own apart."""
+    tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
+    ignored = [*ignored, *([tracker] if tracker else [])]
+    return [f"{process} was still running when the run ended" for process in live_children(ignored)]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """Hear from an xdist worker what it left running, and which process it was."""
+    output = getattr(node, "workeroutput", {})
+    config = node.config
+    config.stash.setdefault(WORKER_PIDS_KEY, []).append(int(output.get(_PID_OUTPUT, 0)))
+    config.stash.setdefault(WORKER_LEFTOVERS_KEY, []).extend(output.get(_LEFTOVERS_OUTPUT, []))
 
 
 def _collect_suite(config: pytest.Config) -> None:
@@ -308,6 +327,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[
     if verdicts is not None:
         interrupt.wind_down()
         _stop_what_the_kit_started()
+    if verdicts is not None and hasattr(config, "workeroutput"):
+        config.workeroutput[_PID_OUTPUT] = os.getpid()
+        config.workeroutput[_LEFTOVERS_OUTPUT] = _still_running([])
     if verdicts is not None and not hasattr(config, "workerinput"):
         from conformance._pytest_wing.verdict import conclude
 

@@ -47,6 +47,16 @@ class StartsADaemon(FileTokenStore):
             daemon = subprocess.Popen(["sleep", "300"], start_new_session=True)
             with open("daemon.pid", "w") as out:
                 out.write(str(daemon.pid))
+
+class StartsADaemonPerProcess(FileTokenStore):
+    """Its first construction in each process starts a daemon and names it in daemon-PID.pid."""
+    def __init__(self, root):
+        super().__init__(root)
+        marker = f"daemon-{os.getpid()}.pid"
+        if not os.path.exists(marker):
+            daemon = subprocess.Popen(["sleep", "300"], start_new_session=True)
+            with open(marker, "w") as out:
+                out.write(str(daemon.pid))
 '''
 WAIT = 120.0
 
@@ -128,6 +138,27 @@ def test_a_daemon_the_target_starts_is_reported_and_holds_no_output_open(
         ]
     finally:
         os.kill(daemon, signal.SIGKILL)
+
+
+def test_daemons_left_under_xdist_are_reported(pytester: pytest.Pytester) -> None:
+    """Under xdist, a daemon the target starts in a worker, and one it starts in the
+    controller's start-up build, are both named, and no xdist worker is."""
+    process = kit(pytester, "targets:StartsADaemonPerProcess", "-k", "PUT-1", "-n", "2")
+    try:
+        out, _ = process.communicate(timeout=WAIT)
+    finally:
+        daemons = [int(path.read_text()) for path in pytester.path.glob("daemon-*.pid")]
+    try:
+        assert process.returncode == pytest.ExitCode.OK, out.decode()
+        assert len(daemons) >= 2
+        running = [w for w in report(pytester)["warnings"] if "still running" in w]
+        assert sorted(running) == sorted(
+            f"process {daemon} (sleep 300) was still running when the run ended"
+            for daemon in daemons
+        )
+    finally:
+        for daemon in daemons:
+            os.kill(daemon, signal.SIGKILL)
 
 
 def test_a_clean_target_leaves_no_warning(pytester: pytest.Pytester) -> None:

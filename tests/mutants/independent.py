@@ -14,6 +14,7 @@ the version instead. Errors are Gym's kinds: ``ValueError`` for a conflicting re
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import sqlite3
@@ -119,9 +120,13 @@ class SqliteStore:
             check_same_thread=False,
         )
         self._db.execute("PRAGMA busy_timeout = 60000")
-        self._db.execute("PRAGMA journal_mode = WAL")
+        # Switching a new database to WAL answers "database is locked" at once, without
+        # waiting, to every process but one that tries it together: set up under a lock.
+        with open(os.path.join(root, "store.db.setup-lock"), "a") as setup:
+            fcntl.flock(setup, fcntl.LOCK_EX)
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.executescript(_SCHEMA)
         self._db.execute("PRAGMA synchronous = FULL")
-        self._db.executescript(_SCHEMA)
         self._closed = False
 
     @contextmanager
