@@ -47,6 +47,9 @@ def _encoded_forms(value: str) -> set[str]:
     """``value`` as it is, decoded and encoded the ways URLs and forms spell it."""
     forms = {value, unquote(value), unquote_plus(value)}
     for each in list(forms):
+        # A lone surrogate has no UTF-8 form, so no URL can spell it: only its text counts.
+        if each.encode("utf-8", "surrogatepass").decode("utf-8", "replace") != each:
+            continue
         forms.update((quote(each, safe=""), quote(each), quote_plus(each), quote_plus(each, "/")))
     return forms
 

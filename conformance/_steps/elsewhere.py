@@ -48,6 +48,8 @@ def visible_after(
             source = _fresh_source(kit)
         ready.set()
         if not go.wait(timeout):
+            if source is not None:  # built for a put that never returned: release it
+                await source.close()
             raise TimeoutError(f"the put did not return within {timeout:g} s")
         source = source or _fresh_source(kit)
         try:
