@@ -13,6 +13,7 @@ keeps ``-inf`` and ``-0.0`` bit for bit (plain JSON turns ``-inf`` into ``null``
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import uuid
@@ -49,9 +50,13 @@ class SqliteSink:
         os.makedirs(root, exist_ok=True)
         path = os.path.join(root, "tokens.db")
         self._db = sqlite3.connect(path, timeout=60.0, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode = WAL")
+        # Workers that start a new database together must not switch it to WAL at once:
+        # sqlite answers all but one "database is locked" without waiting.
+        with open(path + ".setup-lock", "a") as setup:
+            fcntl.flock(setup, fcntl.LOCK_EX)
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.executescript(_SCHEMA)
         self._db.execute("PRAGMA synchronous = FULL")
-        self._db.executescript(_SCHEMA)
 
     @contextmanager
     def _transaction(self, rollout_id: str) -> Iterator[dict[str, Any]]:

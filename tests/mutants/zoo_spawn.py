@@ -94,29 +94,6 @@ class ExclusiveOpen(BaseStore):
         await super().close()
 
 
-class FirstBuildRace(BaseStore):
-    """SPAWN-2: the first construction on an empty folder writes the store's format file with
-    ``O_EXCL``, deciding "empty" by whether the rollouts folder exists yet.
-
-    The folder is made only after the format file is synced, so workers that start a brand-new
-    store together all see it missing, and all but one fail with FileExistsError. A store
-    built once before, or by one worker, never shows it.
-    """
-
-    breaks: ClassVar[str] = "SPAWN-2"
-
-    def __init__(self, root: str) -> None:
-        if not os.path.isdir(os.path.join(os.path.abspath(root), "rollouts")):
-            os.makedirs(root, exist_ok=True)
-            marker = os.open(os.path.join(root, "FORMAT"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            try:
-                os.write(marker, b"1\n")
-                os.fsync(marker)
-            finally:
-                os.close(marker)
-        super().__init__(root)
-
-
 _RECORDS: dict[str, str] = {}
 
 
