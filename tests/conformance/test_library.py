@@ -55,12 +55,11 @@ def _plugin(tmp_path: Path, sink: str, *flags: str, kwargs: dict[str, Any] | Non
     return json.loads(report.read_text())
 
 
-def _script(tmp_path: Path, body: str) -> Any:
-    """Run ``body`` as a script of its own; return the report it wrote and what it printed."""
-    script = tmp_path / "judge.py"
-    script.write_text(textwrap.dedent(body))
+def _run(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` as the script ``judge.py`` in a process of its own; it must succeed."""
+    (tmp_path / "judge.py").write_text(textwrap.dedent(body))
     done = subprocess.run(
-        [sys.executable, str(script)],
+        [sys.executable, "judge.py"],
         cwd=tmp_path,
         env=_environment(tmp_path),
         capture_output=True,
@@ -68,6 +67,12 @@ def _script(tmp_path: Path, body: str) -> Any:
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _script(tmp_path: Path, body: str) -> Any:
+    """Run ``body``; return the report it wrote and what it printed."""
+    done = _run(tmp_path, body)
     return json.loads((tmp_path / "library.json").read_text()), done.stdout
 
 
@@ -219,17 +224,8 @@ class TestSameVerdictAsThePlugin:
 
 
 def _printed(tmp_path: Path, script: str) -> tuple[Any, str]:
-    """Run ``script`` in a process of its own; return the JSON it printed last, and stderr."""
-    (tmp_path / "judge.py").write_text(script)
-    done = subprocess.run(
-        [sys.executable, "judge.py"],
-        cwd=tmp_path,
-        env=_environment(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    """Run ``script``; return the JSON it printed last, and its stderr."""
+    done = _run(tmp_path, script)
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
