@@ -104,6 +104,7 @@ class Kit:
         self.random = random.Random(f"{settings.seed}:{check_id}")
         self.entries = EntryFactory(self.random, load_entry_class(settings.entry_class))
         self._opened: list[Endpoint] = []
+        self._spares: dict[str, list[tuple[Endpoint, set[str]]]] = {"sink": [], "source": []}
         self.observations: dict[str, str] = {}
         self._counter = itertools.count()
         self._slug = re.sub(r"[^A-Za-z0-9]+", "-", check_id).strip("-").lower()[:80]
@@ -175,6 +176,34 @@ class Kit:
     def source(self) -> Endpoint:
         """Build a fresh source from the target string and kwargs."""
         return self._open(self.settings.source, dict(self.settings.source_kwargs), "source")
+
+    def sink_for(self, rollout_id: str) -> Endpoint:
+        """A sink of this check's spares that was never handed out for ``rollout_id``.
+
+        See :meth:`source_for`.
+        """
+        return self._spare("sink", rollout_id)
+
+    def source_for(self, rollout_id: str) -> Endpoint:
+        """A source of this check's spares that was never handed out for ``rollout_id``.
+
+        It stands in for a freshly built source wherever what matters is an instance with no
+        memory of the rollout, as when a loop reads each new rollout back: the spares serve
+        rollout after rollout, and a new one is built only when each spare has served this
+        rollout already. The first spare is built when first asked for, so after the check's
+        first writes: a constructor that opens a store with data in it still runs.
+        """
+        return self._spare("source", rollout_id)
+
+    def _spare(self, kind: str, rollout_id: str) -> Endpoint:
+        __tracebackhide__ = True
+        for endpoint, served in self._spares[kind]:
+            if rollout_id not in served:
+                served.add(rollout_id)
+                return endpoint
+        endpoint = self.sink() if kind == "sink" else self.source()
+        self._spares[kind].append((endpoint, {rollout_id}))
+        return endpoint
 
     def _open(self, target: str, kwargs: dict[str, Any], kind: str) -> Endpoint:
         __tracebackhide__ = True

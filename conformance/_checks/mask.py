@@ -16,7 +16,7 @@ _ANY_CALL_ID = "accept any call id string, empty included"
 
 
 def _expect_incomplete(kit: Kit, rollout: str, why: str, hint: str) -> None:
-    snapshot = step.freeze(kit, kit.source(), rollout)
+    snapshot = step.freeze(kit, kit.source_for(rollout), rollout)
     if not snapshot.incomplete:
         kit.fail(expected=f"incomplete=True {why}", observed=step.describe(snapshot), hint=hint)
 

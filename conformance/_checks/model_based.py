@@ -30,7 +30,7 @@ from conformance._entries import EntryFactory
 from conformance._history.events import Event
 from conformance._history.model import ModelRollout, Rules, init, step
 from conformance._history.record import Recorder
-from conformance._kit import Kit
+from conformance._kit import Endpoint, Kit
 from conformance._profiles import budget
 from conformance._registry import check
 from conformance._violation import ClauseViolation, fail
@@ -42,8 +42,14 @@ _HINT = (
 )
 
 
-def _program(kit: Kit, rules: Rules) -> type[RuleBasedStateMachine]:
-    """Return the state machine class bound to this check's target."""
+def _program(kit: Kit, rules: Rules, reopens: int) -> type[RuleBasedStateMachine]:
+    """Return the state machine class bound to this check's target.
+
+    Programs share one sink and one source, since each program has rollouts of its own: a
+    program that closes and reopens them (at most ``reopens`` times) hands the new pair on to
+    the next. A freeze from a fresh source takes a source that never froze that rollout.
+    """
+    live: list[tuple[Endpoint, Endpoint]] = []
 
     class Program(RuleBasedStateMachine):
         snapshots = Bundle("snapshots")
@@ -52,7 +58,10 @@ def _program(kit: Kit, rules: Rules) -> type[RuleBasedStateMachine]:
             super().__init__()
             base = kit.rollout_id("m")
             self.rollouts = [f"{base}-x", f"{base}-X", f"{base}.x", f"{base}_x"]
-            self.sink, self.source = kit.sink(), kit.source()
+            if not live:
+                live.append((kit.sink(), kit.source()))
+            self.sink, self.source = live[-1]
+            self.reopened = 0
             self.states: dict[str, tuple[ModelRollout, ...]] = {r: (init(),) for r in self.rollouts}
             self.put_entries: dict[str, list[Any]] = {r: [] for r in self.rollouts}
             self.intents: dict[str, list[str]] = {r: [] for r in self.rollouts}
@@ -142,7 +151,7 @@ def _program(kit: Kit, rules: Rules) -> type[RuleBasedStateMachine]:
         @rule(target=snapshots, r=ROLLOUTS, fresh=st.booleans())
         def freeze(self, r: int, fresh: bool) -> Any:
             rollout = self.rollouts[r]
-            source = kit.source() if fresh else self.source
+            source = kit.source_for(rollout) if fresh else self.source
             pair = kit.run(self.recorder.freeze(source.raw, rollout))
             self._judge(f"freeze(r{r}, fresh={fresh})", self.recorder.events[-1])
             return multiple() if pair is None else (r, pair)
@@ -165,16 +174,15 @@ def _program(kit: Kit, rules: Rules) -> type[RuleBasedStateMachine]:
             kit.run(self.recorder.drop(self.source.raw, rollout, (snapshot_id, version)))
             self._judge(f"drop(r{r}, snapshot of r{own}, {change})", self.recorder.events[-1])
 
+        @precondition(lambda self: self.reopened < reopens)
         @rule()
         def close_and_reopen(self) -> None:
             kit.run(self.sink.raw.close())
             kit.run(self.source.raw.close())
             self.sink, self.source = kit.sink(), kit.source()
+            live.append((self.sink, self.source))
+            self.reopened += 1
             self.lines.append("close_and_reopen()")
-
-        def teardown(self) -> None:
-            kit.run(self.sink.raw.close())
-            kit.run(self.source.raw.close())
 
     return Program
 
@@ -207,7 +215,7 @@ def model_based(kit: Kit) -> None:
     plan = budget(kit.settings.profile)
     rules = Rules.judging(kit.fence, kit.settings.capabilities)
     test = get_state_machine_test(  # type: ignore[no-untyped-call]
-        _program(kit, rules),
+        _program(kit, rules, plan.reopens),
         settings=settings(
             max_examples=plan.examples,
             stateful_step_count=plan.steps,

@@ -114,7 +114,7 @@ def exact_round_trip(kit: Kit) -> None:
         target = kit.rollout_id("gen")
         entry = kit.entries.build(**data.draw(token_entry_fields(target, plain_calls)))
         step.put(kit, sink, entry)
-        _expect_round_trip(kit, entry, step.freeze(kit, kit.source(), target))
+        _expect_round_trip(kit, entry, step.freeze(kit, kit.source_for(target), target))
 
     step.run_property(kit, round_trip)
 
@@ -222,9 +222,9 @@ def _identical_hazards(kit: Kit) -> None:
             continue
         rollout = entry_view(entry).rollout_id
         copy = kit.entries.build(**record_fields(entry))
-        step.put(kit, kit.sink(), entry)
-        step.put(kit, kit.sink(), copy)
-        snapshot = step.freeze(kit, kit.source(), rollout)
+        step.put(kit, kit.sink_for(rollout), entry)
+        step.put(kit, kit.sink_for(rollout), copy)
+        snapshot = step.freeze(kit, kit.source_for(rollout), rollout)
         if snapshot.incomplete or step.payloads(snapshot) != step.sent([entry]):
             kit.fail(
                 expected="an equal copy of an entry with unicode, -inf, -0.0 and extra fields "
@@ -246,8 +246,8 @@ def conflicting_reput(kit: Kit) -> None:
     for number, (what, first, second) in enumerate(kit.entries.field_variants(kit.rollout_id)):
         rollout = entry_view(first).rollout_id
         step.put(kit, sink, first)
-        error = step.raises((sink if number % 2 == 0 else kit.sink()).put, second)
-        snapshot = step.freeze(kit, kit.source(), rollout)
+        error = step.raises((sink if number % 2 == 0 else kit.sink_for(rollout)).put, second)
+        snapshot = step.freeze(kit, kit.source_for(rollout), rollout)
         if error is not None or snapshot.incomplete or not _round_trips(kit, first, second):
             continue
         kept = step.payloads(snapshot).get(step.call_of(first))
@@ -275,12 +275,12 @@ def _round_trips(kit: Kit, *entries: Any) -> bool:
 
     A put or freeze that fails on it is a no as well: that is PUT-2's to judge.
     """
-    sink, source = kit.sink(), kit.source()
     for entry in entries:
         alone = kit.entries.build(**_in(entry, kit.rollout_id("alone")))
+        rollout = entry_view(alone).rollout_id
         try:
-            step.put(kit, sink, alone)
-            frozen = step.freeze(kit, source, entry_view(alone).rollout_id)
+            step.put(kit, kit.sink_for(rollout), alone)
+            frozen = step.freeze(kit, kit.source_for(rollout), rollout)
         except ClauseViolation:
             return False
         if step.payloads(frozen) != step.sent([alone]):
@@ -411,7 +411,7 @@ def any_call_id(kit: Kit) -> None:
         target = kit.rollout_id("gen")
         entry = kit.entries.entry(target, call_id, prompt_len=2, generation_len=1)
         step.put(kit, sink, entry)
-        _expect_round_trip(kit, entry, step.freeze(kit, kit.source(), target))
+        _expect_round_trip(kit, entry, step.freeze(kit, kit.source_for(target), target))
 
     step.run_property(kit, round_trip)
 

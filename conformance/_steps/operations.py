@@ -200,10 +200,10 @@ def expect(
 def expect_masked(
     kit: Kit, rollout_id: str, expected: str, hint: str, *, clause: str | None = None
 ) -> None:
-    """Fail ``clause`` (by default the check's own) unless a fresh source's freeze of
-    ``rollout_id`` is incomplete."""
+    """Fail ``clause`` (by default the check's own) unless the freeze of ``rollout_id`` by a
+    source with no memory of it (:meth:`Kit.source_for`) is incomplete."""
     __tracebackhide__ = True
-    snapshot = freeze(kit, kit.source(), rollout_id, clause=clause)
+    snapshot = freeze(kit, kit.source_for(rollout_id), rollout_id, clause=clause)
     expect(kit, snapshot.incomplete, expected, "incomplete=False", hint, clause=clause)
 
 
