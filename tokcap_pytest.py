@@ -124,6 +124,18 @@ OPTIONS = (
         metavar="JSON",
     ),
     Option(
+        "lineage",
+        "the LineageResolver to judge (over the sink's store), as module.path:ClassName",
+        "the lineage_store of a --tokcap-config; else none: LINEAGE is not claimed",
+        metavar="MODULE:CLASS",
+    ),
+    Option(
+        "lineage-kwargs",
+        "JSON object of keyword arguments for the lineage resolver",
+        "the sink kwargs",
+        metavar="JSON",
+    ),
+    Option(
         "config",
         "a Gym config file whose token_id_capture block names the sink",
         "none",

@@ -87,3 +87,16 @@ def sink_from_gym_config(path: Path) -> tuple[str, dict[str, Any]]:
     if directory is None:
         raise ValueError(f"{TOKEN_ID_CAPTURE_BLOCK} names neither a sink nor a directory")
     return FILE_STORE_TARGET, {"root": str(directory), DIRECTORY_ONLY: True}
+
+
+def lineage_from_gym_config(path: Path) -> tuple[str, dict[str, Any]] | None:
+    """The ``(target, kwargs)`` of the lineage resolver a NeMo Gym 0.7.0 block names, or None.
+
+    Only a 0.7.0 block has a ``lineage_store``; the block is read and validated as
+    :func:`sink_from_gym_config` reads it, which the caller has already done.
+    """
+    config = read_capture_config(global_config_from_file(path))
+    target = getattr(config.token_id_capture, "lineage_store", None)
+    if not target:
+        return None
+    return str(target), dict(getattr(config.token_id_capture, "lineage_store_kwargs", {}))

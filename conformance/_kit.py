@@ -24,17 +24,24 @@ from conformance._deadline import Overrun, Refused, Watch, current_watch, operat
 from conformance._entries import EntryFactory, load_entry_class
 from conformance._hints import null_log_prob
 from conformance._settings import KitSettings
-from conformance._violation import ClauseViolation, fail
+from conformance._violation import ClauseViolation, NotClaimed, fail
 from tokcap_spec.config import build_endpoint as build_sink_or_source
 from tokcap_spec.errors import EndpointError
+from tokcap_spec.lineage import LineageResolver
 from tokcap_spec.protocols import TokenSink, TokenSource
 from tokcap_spec.redaction import redact
 
-__all__ = ["Endpoint", "Kit", "build_endpoint", "run_token"]
+__all__ = ["LINEAGE_ROLE", "NO_LINEAGE", "Endpoint", "Kit", "build_endpoint", "run_token"]
 
 T = TypeVar("T")
 
 _RUN_TOKEN = secrets.token_hex(4)
+
+LINEAGE_ROLE = "lineage resolver"
+NO_LINEAGE = (
+    "no lineage resolver is named: pass --tokcap-lineage=module.path:ClassName (env "
+    "TOKCAP_LINEAGE, ini tokcap_lineage) or a NeMo Gym 0.7.0 config with a lineage_store"
+)
 
 
 def run_token() -> str:
@@ -42,10 +49,17 @@ def run_token() -> str:
     return _RUN_TOKEN
 
 
+_PROTOCOLS: dict[str, type] = {
+    "sink": TokenSink,
+    "source": TokenSource,
+    LINEAGE_ROLE: LineageResolver,
+}
+
+
 def build_endpoint(target: str, kwargs: dict[str, Any], kind: str) -> Any:
-    """Build a sink or source from its target string and kwargs, as a serving process does."""
-    protocol = TokenSink if kind == "sink" else TokenSource
-    return build_sink_or_source(target, kwargs, protocol, kind)
+    """Build a sink, source or lineage resolver from its target string and kwargs, as a
+    serving process does."""
+    return build_sink_or_source(target, kwargs, _PROTOCOLS[kind], kind)
 
 
 class Endpoint:
@@ -176,6 +190,13 @@ class Kit:
     def source(self) -> Endpoint:
         """Build a fresh source from the target string and kwargs."""
         return self._open(self.settings.source, dict(self.settings.source_kwargs), "source")
+
+    def lineage(self) -> Endpoint:
+        """Build a fresh lineage resolver; raise :class:`NotClaimed` when the run names none."""
+        if not self.settings.lineage:
+            raise NotClaimed(NO_LINEAGE)
+        kwargs = dict(self.settings.lineage_kwargs)
+        return self._open(self.settings.lineage, kwargs, LINEAGE_ROLE)
 
     def sink_for(self, rollout_id: str) -> Endpoint:
         """A sink of this check's spares that was never handed out for ``rollout_id``.

@@ -52,6 +52,8 @@ def run_conformance(
     sink_kwargs: Mapping[str, Any] | None = None,
     source: str | None = None,
     source_kwargs: Mapping[str, Any] | None = None,
+    lineage: str | None = None,
+    lineage_kwargs: Mapping[str, Any] | None = None,
     fence: str = DEFAULT_FENCE,
     capabilities: Iterable[str] = (),
     profile: str = DEFAULT_PROFILE,
@@ -67,7 +69,8 @@ def run_conformance(
 
     The arguments are the plugin's options: ``sink_kwargs`` and ``source_kwargs`` are the
     constructor's keyword arguments (``"{tmp_path}"`` in a string becomes a fresh folder,
-    removed afterwards), ``source`` defaults to the sink, ``capabilities`` are the declared
+    removed afterwards), ``source`` defaults to the sink, ``lineage`` names the lineage
+    resolver to judge (its kwargs default to the sink's), ``capabilities`` are the declared
     ones (``"process-local"``, ``"no-delete"``), ``seed`` None draws a new one (the report
     names it). ``select`` keeps only the checks named by check id, clause id or family (the
     run is then ``partial``). ``report``, ``report_md`` and ``junit`` are paths to write the
@@ -133,6 +136,8 @@ def _settings(arguments: dict[str, Any], scratch: Path) -> KitSettings:
         "source": arguments["source"],
         "sink-kwargs": _json(arguments["sink_kwargs"], "sink_kwargs"),
         "source-kwargs": _json(arguments["source_kwargs"], "source_kwargs"),
+        "lineage": arguments["lineage"],
+        "lineage-kwargs": _json(arguments["lineage_kwargs"], "lineage_kwargs"),
         "fence": arguments["fence"],
         "capability": _names(arguments["capabilities"], "capabilities"),
         "profile": arguments["profile"],
@@ -223,10 +228,7 @@ def _judge(
 
     secrecy.keep(settings.secrets)
     verdicts = Verdicts(settings, kit_version(), SPEC_REVISION)
-    verdicts.distributions = {
-        role: distribution_of(target)
-        for role, target in (("sink", settings.sink), ("source", settings.source))
-    }
+    verdicts.distributions = {role: distribution_of(target) for role, target in settings.roles()}
     keep_hypothesis_out_of_the_project()
     restore = tempdir.redirect(_fresh(scratch, "tmp"))
     constructions.take()  # what earlier runs in this process built is theirs

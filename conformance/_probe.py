@@ -72,7 +72,8 @@ def distribution_of(target: str) -> dict[str, str]:
 
 
 def probe_target(settings: KitSettings) -> float:
-    """Import and build the sink and the source once; raise :class:`TargetError` if one fails.
+    """Import and build the sink, the source and any lineage resolver once; raise
+    :class:`TargetError` if one fails.
 
     Return the seconds the slowest of these constructions took.
 
@@ -96,10 +97,13 @@ def probe_target(settings: KitSettings) -> float:
 def _probe(settings: KitSettings) -> float:
     seen = set()
     slowest = 0.0
-    for role, target, kwargs in (
+    targets = [
         ("sink", settings.sink, settings.sink_kwargs),
         ("source", settings.source, settings.source_kwargs),
-    ):
+    ]
+    if settings.lineage:
+        targets.append(("lineage", settings.lineage, settings.lineage_kwargs))
+    for role, target, kwargs in targets:
         if (target, repr(sorted(kwargs.items()))) in seen:
             continue
         seen.add((target, repr(sorted(kwargs.items()))))

@@ -62,6 +62,7 @@ _OPERATION_CLAUSES = {
     "retire": "EXT-RETIRE-",
     "delete": "EXT-RETIRE-",
     "close": "CLOSE-",
+    "resolve": "LINEAGE-",
 }
 """The clause-id prefix of the clauses about each protocol operation."""
 

@@ -180,6 +180,8 @@ class Verdicts:
         }
         if "fence" in self.observations:
             target["observed_fence"] = self.observations["fence"]
+        if self.settings.lineage:
+            target["lineage"] = self.settings.lineage
         clauses = {}
         for clause, e in sorted(self.clauses.items(), key=lambda item: _order(item[0])):
             clauses[clause] = {"outcome": e.outcome, "tests": list(e.tests), "message": e.message}

@@ -61,6 +61,9 @@ class KitSettings:
     sink_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
     source: str = ""
     source_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    lineage: str = ""
+    """The lineage resolver to judge, or ``""``: the LINEAGE family is then not claimed."""
+    lineage_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
     fence: Literal["any", "strict"] = DEFAULT_FENCE
     capabilities: frozenset[str] = frozenset()
     seed: int = DEFAULT_SEED
@@ -106,7 +109,16 @@ class KitSettings:
     @property
     def secrets(self) -> dict[str, Any]:
         """Every kwarg the run was given, for redaction."""
-        return {"sink": dict(self.sink_kwargs), "source": dict(self.source_kwargs)}
+        return {
+            "sink": dict(self.sink_kwargs),
+            "source": dict(self.source_kwargs),
+            "lineage": dict(self.lineage_kwargs),
+        }
+
+    def roles(self) -> list[tuple[str, str]]:
+        """``(role, target)`` of every implementation the run judges: sink, source, lineage."""
+        roles = [("sink", self.sink), ("source", self.source)]
+        return [*roles, ("lineage", self.lineage)] if self.lineage else roles
 
     def claims(self, capability: str) -> bool:
         """Return whether the user declared ``capability``."""
@@ -179,11 +191,14 @@ def _build(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
     source_kwargs = (
         _kwargs(raw, "source-kwargs", tmp_root) if "source-kwargs" in raw else dict(sink_kwargs)
     )
+    lineage, lineage_kwargs = _lineage_target(raw, tmp_root, sink_kwargs)
     return KitSettings(
         sink=sink,
         sink_kwargs=sink_kwargs,
         source=source or sink,
         source_kwargs=source_kwargs,
+        lineage=lineage,
+        lineage_kwargs=lineage_kwargs,
         fence=_choice(raw, "fence", FENCES, DEFAULT_FENCE),  # type: ignore[arg-type]
         capabilities=_capabilities(raw),
         seed=_seed(raw),
@@ -234,6 +249,37 @@ def _sink_target(
             "there, or judge a scratch instance with --tokcap-sink and --tokcap-sink-kwargs"
         )
     return target, _substitute(kwargs, tmp_root), path, not scratch
+
+
+def _lineage_target(
+    raw: dict[str, tuple[Any, str]], tmp_root: _Scratch, sink_kwargs: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """The lineage resolver and its kwargs: given, else a Gym config's, else none."""
+    if "lineage" in raw:
+        kwargs = (
+            _kwargs(raw, "lineage-kwargs", tmp_root)
+            if "lineage-kwargs" in raw
+            else dict(sink_kwargs)
+        )
+        return _target(raw, "lineage"), kwargs
+    if "lineage-kwargs" in raw:
+        raise SettingsError(
+            f"--tokcap-lineage-kwargs (from {raw['lineage-kwargs'][1]}) needs --tokcap-lineage"
+        )
+    if "config" not in raw:
+        return "", {}
+    from conformance._gym_config import lineage_from_gym_config
+
+    named = lineage_from_gym_config(Path(raw["config"][0]))
+    if named is None:
+        return "", {}
+    target, kwargs = named
+    sink_root = sink_kwargs.get("root")
+    if "root" in kwargs and isinstance(sink_root, str) and ".tokcap-conformance-" in sink_root:
+        # The sink is judged in a folder of its own inside the config's directory; the resolver
+        # must read that folder, or it could never see what the checks put.
+        kwargs["root"] = sink_root
+    return target, _substitute(kwargs, tmp_root)
 
 
 def _switch(raw: dict[str, tuple[Any, str]], name: str) -> bool:

@@ -45,6 +45,7 @@ FAMILY_TITLES = {
     "MASK": "Masking",
     "CLOSE": "Close",
     "EXT": "Extensions",
+    "LINEAGE": "Lineage",
     "CFG": "Config",
     "CONS": "Consumer",
 }
@@ -736,11 +737,16 @@ CLAUSES: tuple[Clause, ...] = (
         promise=(
             "`drop` returns False for another `snapshot_id`, for a version off by any amount in "
             "either direction, for a rollout written but never frozen, and for a rollout that "
-            "does not exist."
+            "does not exist. Only a `(snapshot_id, version)` pair that a freeze returned "
+            "retires: after a freeze and a later mark or put, a version the rollout reached "
+            "but no freeze returned is refused too."
         ),
         why=(
             "Drop destroys evidence. Retiring on a stale or guessed identity throws away "
-            "entries no consumer used, and a rollout is lost from training without a trace."
+            "entries no consumer used, and a rollout is lost from training without a trace. A "
+            "guessed next version is the worst case: it names a state that exists, with a mark "
+            "or an entry no consumer ever saw, so the consumer that guessed it destroys the "
+            "very evidence that would have kept the rollout out of training."
         ),
         how_broken=(
             "Checking `version >= stored` instead of equality; dropping by rollout id alone; "
@@ -1023,6 +1029,90 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "`retire` of frozen, written and unknown rollouts, repeated; `delete`, then the id "
             "written again."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="LINEAGE-1",
+        family="LINEAGE",
+        title="A put is seen by every resolver at once",
+        promise=(
+            "Once a sink's `put` returned, `resolve` of a lineage resolver over the same store "
+            "sees the entry: a resolver built before the put and one built after it, in this "
+            "process and, when `is_process_shared()` says True, in every other. "
+            "`is_process_shared()` answers a bool, without being awaited."
+        ),
+        why=(
+            "The harness sends a rollout's next request to whichever worker is free, as soon as "
+            "the previous call answered. A resolver that has not seen that call yet answers "
+            "unresolved, so the continuation is captured without its parent and the rollout "
+            "is masked: under load, a share of good samples is thrown away, intermittently."
+        ),
+        how_broken=(
+            "An index built once per rollout and never refreshed; a resolver that reads a "
+            "replica or a cache the put has not reached; a per-process index that only the "
+            "worker that wrote it can see; `is_process_shared` declared `async`."
+        ),
+        hazards=(
+            "A resolve the moment each put returns, by a resolver that already answered for the "
+            "rollout before the put and by one built after it; plain and 4,096-token entries; "
+            "entries put by spawned workers, resolved here; later calls of the same rollout."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="LINEAGE-2",
+        family="LINEAGE",
+        title="Roots and proven parents are answered as such",
+        promise=(
+            "A request with no model-authored item resolves as `root`, with no match. A request "
+            "that repeats the recorded context of exactly one committed call and continues its "
+            "answer resolves as `resolved`, and the match names that call and carries its "
+            "prompt followed by its generation as `cumulative_token_ids`, in every dialect "
+            "(chat, Responses, Anthropic) and for any call id."
+        ),
+        why=(
+            "A resolved parent is how the next call's tokens join the previous ones into one "
+            "training sequence. The wrong parent, or the right one with the wrong tokens, makes "
+            "a sequence the model never saw; an unresolved answer where a parent was proven "
+            "masks a good rollout."
+        ),
+        how_broken=(
+            "Matching on the first or the latest call of the rollout instead of the "
+            "fingerprint; returning the parent's prompt without its generation; treating a "
+            "request with only user and tool items as a continuation; normalizing call ids."
+        ),
+        hazards=(
+            "Requests of user, system, tool and reasoning items only; chains of three calls in "
+            "which each resolves to the one before, not the first; chat, Responses and Anthropic "
+            "tool calls and results; odd and look-alike call ids."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="LINEAGE-3",
+        family="LINEAGE",
+        title="A resolver never guesses",
+        promise=(
+            "Unless one parent is proven, `resolve` answers `unresolved`: for a rollout with "
+            "nothing committed, a history whose earlier items were rewritten, shortened or had "
+            "a tool result changed, two candidate calls with different tokens, a parent "
+            "committed to another rollout, and an entry stamped by another fingerprint version."
+        ),
+        why=(
+            "Unresolved only masks one rollout. A guessed parent splices tokens from another "
+            "conversation, or from a history the harness summarized away, into a training "
+            "sequence, and nothing downstream tells it from a real one."
+        ),
+        how_broken=(
+            "Matching the model-authored turns and skipping the context digest; taking the "
+            "first of several candidates; looking parents up across rollouts; ignoring the "
+            "fingerprint version."
+        ),
+        hazards=(
+            "A never-written rollout; a changed system prompt, a changed tool result, a "
+            "truncated history; two calls that answered alike with different tokens; the "
+            "parent in a look-alike rollout; an entry stamped with version 1."
         ),
         checked_by=KIT,
     ),

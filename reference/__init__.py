@@ -4,6 +4,8 @@
 - :class:`MemoryTokenStore`: process memory, for unit tests; cannot serve spawned workers.
 - :class:`RedisTokenStore`: a shared data plane on Redis (needs the ``redis`` extra).
 - :mod:`reference.consumer`: freezing, building a training row and retiring after handoff.
+- :class:`FileLineageResolver`, :class:`MemoryLineageResolver`, :class:`RedisLineageResolver`:
+  which captured call a new request continues, over each store (:mod:`reference.lineage`).
 
 Names are imported on first use, so ``import reference`` stays cheap and the Redis client
 is needed only by those who use Redis.
@@ -16,15 +18,26 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from reference.file_store import FileTokenStore
+    from reference.lineage import FileLineageResolver, MemoryLineageResolver, RedisLineageResolver
     from reference.memory_store import MemoryTokenStore
     from reference.redis_store import RedisTokenStore
 
-__all__ = ["FileTokenStore", "MemoryTokenStore", "RedisTokenStore"]
+__all__ = [
+    "FileLineageResolver",
+    "FileTokenStore",
+    "MemoryLineageResolver",
+    "MemoryTokenStore",
+    "RedisLineageResolver",
+    "RedisTokenStore",
+]
 
 _HOMES = {
     "FileTokenStore": "reference.file_store",
     "MemoryTokenStore": "reference.memory_store",
     "RedisTokenStore": "reference.redis_store",
+    "FileLineageResolver": "reference.lineage",
+    "MemoryLineageResolver": "reference.lineage",
+    "RedisLineageResolver": "reference.lineage",
 }
 
 

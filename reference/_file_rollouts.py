@@ -270,6 +270,17 @@ class LogDirectory:
                 rollout_id, log.cut(), state.incomplete, state.snapshot_id, state.version
             )
 
+    def peek(self, rollout_id: str) -> LogCut | None:
+        """The rollout's log as it is now, without fencing it; None if it has none or is retired.
+
+        Like a fence's cut, it is read without the lock: what a log held never changes.
+        """
+        log = self._log(rollout_id)
+        with log.locked(create=False) as exists:
+            if not exists or log.state.retired:
+                return None
+            return log.cut()
+
     def drop(self, rollout_id: str, snapshot_id: str, version: int) -> bool:
         """Tombstone the rollout if it is frozen at exactly this snapshot; say whether it was."""
         log = self._log(rollout_id)

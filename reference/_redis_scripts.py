@@ -37,6 +37,7 @@ __all__ = [
     "DROP",
     "FREEZE",
     "MARK_INCOMPLETE",
+    "PEEK",
     "PUT",
     "RETIRE",
     "Script",
@@ -163,6 +164,16 @@ redis.call('SADD', intents, ARGV[2])
 bump(ARGV[3])
 redis.call('HINCRBY', meta, 'announced', 1)
 return done('announced')
+""",
+)
+
+PEEK: Final = Script(
+    "peek",
+    _PRELUDE
+    + """
+-- Reads only: the payloads a rollout holds now, none once retired. No fence, no epoch.
+if retired() then return {} end
+return redis.call('HVALS', entries)
 """,
 )
 

@@ -13,9 +13,10 @@ The consumer follows the contract's consumer rules:
 A rollout's calls must form one prefix chain: ordered by length, each call's
 ``prompt_token_ids`` starts with the previous call's ``prompt_token_ids +
 generation_token_ids``; what a prompt adds beyond that are tool or user tokens. The row is the
-last call's prompt plus generation. A call that is missing altogether cannot be seen this way
-(its generation reads as tool tokens of the next call); ``begin_call`` intents exist for that,
-and they surface here as an incomplete snapshot.
+last call's prompt plus generation; a delta prompt (NeMo Gym's ``delta_records``) is first
+written out in full from its parent's sequence. A call that is missing altogether cannot be
+seen this way (its generation reads as tool tokens of the next call); ``begin_call`` intents
+exist for that, and they surface here as an incomplete snapshot.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tokcap_spec.config import MaskFractionGuard, TokenIdCaptureConfig, TokenIdCaptureSettings
+from tokcap_spec.lineage import cumulative_tokens
 from tokcap_spec.protocols import TokenCaptureSnapshot, TokenSource
 from tokcap_spec.records import TokenEntry
 
@@ -142,13 +144,42 @@ def _check_link(previous: TokenEntry, current: TokenEntry) -> None:
     )
 
 
+def _written_out(entries: Iterable[TokenEntry]) -> list[TokenEntry]:
+    """``entries`` with every delta prompt (NeMo Gym's ``delta_records``) written out in full.
+
+    Raises :class:`BrokenChainError` for a delta whose parent is missing or whose rebuilt
+    sequence does not hash to its ``digest``.
+    """
+    listed = list(entries)
+    if not any(getattr(entry, "prompt_is_delta", False) for entry in listed):
+        return listed
+    sequences = cumulative_tokens(listed)
+    whole = []
+    for entry in listed:
+        if not getattr(entry, "prompt_is_delta", False):
+            whole.append(entry)
+            continue
+        tokens = sequences.get(entry.model_call_id)
+        if tokens is None:
+            raise BrokenChainError(
+                f"the delta prompt of {entry.model_call_id!r} cannot be rebuilt: its parent "
+                f"{getattr(entry, 'parent_call_id', None)!r} is missing, or the rebuilt "
+                "sequence does not hash to its digest"
+            )
+        prompt = list(tokens[: len(tokens) - len(entry.generation_token_ids)])
+        whole.append(
+            entry.model_copy(update={"prompt_token_ids": prompt, "prompt_is_delta": False})
+        )
+    return whole
+
+
 def build_training_row(entries: Iterable[TokenEntry]) -> TrainingRow:
     """Order ``entries`` into one prefix chain and return the rollout's training row.
 
     The input order carries no meaning (FREEZE-3). Raises :class:`BrokenChainError` when
     there are no entries, or when they fork, leave a gap or have two roots.
     """
-    chain = _chain_order(entries)
+    chain = _chain_order(_written_out(entries))
     if not chain:
         raise BrokenChainError("expected at least one entry to build a row from, got none")
     for previous, current in itertools.pairwise(chain):

@@ -146,6 +146,18 @@ class FileTokenStore:
         # Reading a large rollout back takes a while: in steps, other rollouts' puts go on.
         return await self._writer.run_in_steps(fenced.snapshot_in_steps(), rollout_id)
 
+    async def peek(self, rollout_id: str) -> tuple[TokenEntry, ...]:
+        """The entries ``rollout_id`` holds now, without fencing it: what lineage resolves from.
+
+        A rollout never written, or retired, holds none. Nothing changes: later puts of new
+        calls still land, and no snapshot is named.
+        """
+        rollout_id = validate_rollout_id(rollout_id)
+        cut = await self._writer.run(lambda logs: logs.peek(rollout_id), rollout_id)
+        if cut is None:
+            return ()
+        return tuple(await self._writer.run_in_steps(cut.read_in_steps(), rollout_id))
+
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
         """Retire ``rollout_id`` if it is frozen at exactly this snapshot; say whether it was."""
         rollout_id = validate_rollout_id(rollout_id)

@@ -161,6 +161,17 @@ class MemoryTokenStore:
                 version=rollout.version,
             )
 
+    async def peek(self, rollout_id: str) -> tuple[TokenEntry, ...]:
+        """Deep copies of the entries ``rollout_id`` holds now, without fencing it.
+
+        A rollout never written, or retired, holds none; nothing changes.
+        """
+        checked = validate_rollout_id(rollout_id)
+        with self._shared.lock:
+            rollout = self._shared.rollouts.get(checked)
+            entries = () if rollout is None else tuple(rollout.entries.values())
+            return tuple(entry.model_copy(deep=True) for entry in entries)
+
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
         """Retire the rollout if it is frozen at exactly this snapshot; else destroy nothing."""
         checked = validate_rollout_id(rollout_id)

@@ -36,6 +36,7 @@ from reference._redis_scripts import (
     DROP,
     FREEZE,
     MARK_INCOMPLETE,
+    PEEK,
     PUT,
     RETIRE,
     Script,
@@ -351,20 +352,30 @@ class RedisTokenStore:
         if reply[0] == b"retired":
             raise RolloutRetiredError.for_rollout(rollout_id)
         epoch, version, incomplete, *payloads = reply[1:]
+        return TokenCaptureSnapshot(
+            rollout_id=rollout_id,
+            entries=self._entries(rollout_id, payloads),
+            incomplete=incomplete == b"1",
+            snapshot_id=f"{epoch.decode()}-{int(version)}",
+            version=int(version),
+        )
+
+    async def peek(self, rollout_id: str) -> tuple[TokenEntry, ...]:
+        """The entries ``rollout_id`` holds on the server now, without fencing it.
+
+        A rollout never written, or retired, holds none; nothing changes on the server.
+        """
+        rollout_id = validate_rollout_id(rollout_id)
+        return self._entries(rollout_id, await self._run(PEEK, rollout_id, []))
+
+    def _entries(self, rollout_id: str, payloads: Sequence[bytes]) -> tuple[TokenEntry, ...]:
         try:
-            entries = tuple(TokenEntry.from_json_bytes(payload) for payload in payloads)
+            return tuple(TokenEntry.from_json_bytes(payload) for payload in payloads)
         except ValueError as exc:
             raise CorruptStoreError(
                 f"redis store at {self._shown}: rollout {rollout_id!r} holds an entry that is "
                 f"not a valid TokenEntry; expected canonical JSON ({type(exc).__name__})"
             ) from None
-        return TokenCaptureSnapshot(
-            rollout_id=rollout_id,
-            entries=entries,
-            incomplete=incomplete == b"1",
-            snapshot_id=f"{epoch.decode()}-{int(version)}",
-            version=int(version),
-        )
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
         """Retire ``rollout_id`` if it is frozen at exactly this snapshot; say whether it was."""

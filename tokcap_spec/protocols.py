@@ -128,6 +128,9 @@ def protocol_problems(obj: object, protocol: type) -> list[str]:
             problems.append(f"{name}() is missing")
         elif not callable(member):
             problems.append(f"{name} is not callable")
+        elif not inspect.iscoroutinefunction(getattr(protocol, name)):
+            if inspect.iscoroutinefunction(member):
+                problems.append(f"{name}() is a coroutine function; declare it with plain 'def'")
         elif not inspect.iscoroutinefunction(member):
             problems.append(f"{name}() is not a coroutine function (declare it with 'async def')")
     return problems

@@ -91,10 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
     interrupt.install()
     config.add_cleanup(channels.mask_hooks())
     keep_hypothesis_out_of_the_project()
-    verdicts.distributions = {
-        role: distribution_of(target)
-        for role, target in (("sink", settings.sink), ("source", settings.source))
-    }
+    verdicts.distributions = {role: distribution_of(target) for role, target in settings.roles()}
     if not config.option.collectonly:
         _keep_the_target_in_scratch(config)
     if not config.option.collectonly and not hasattr(config, "workerinput"):
@@ -242,6 +239,11 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         f"tokcap {verdicts.kit_version} (spec {verdicts.spec}): judging "
         f"sink {settings.sink} [{version('sink')}]",
         f"tokcap: source {settings.source} [{version('source')}]",
+        *(
+            [f"tokcap: lineage {settings.lineage} [{version('lineage')}]"]
+            if settings.lineage
+            else []
+        ),
         f"tokcap: fence={settings.fence}"
         f" capabilities={','.join(sorted(settings.capabilities)) or 'none'}"
         f" seed={settings.seed} profile={settings.profile} timeout={settings.timeout:g}s"

@@ -188,7 +188,7 @@ class TestVerdicts:
         }
         assert "| SPAWN-1 | not-claimed |" in (pytester.path / "r.md").read_text()
         result.stdout.fnmatch_lines(
-            ["SPAWN * 0 * 0 * 0 * 4", "clauses: * passed, 0 failed, 0 skipped, 5 not claimed"]
+            ["SPAWN * 0 * 0 * 0 * 4", "clauses: * passed, 0 failed, 0 skipped, 8 not claimed"]
         )
 
     def test_memory_store_fails_spawn_without_the_capability(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,10 @@ from conformance.catalog import CLAUSES, Clause, clause
 from conformance.revision import LOCK, WRITE_COMMAND, RevisionError, digest, drift, record
 
 REPOSITORY = Path(__file__).resolve().parents[2]
+NEWEST = tokcap_spec.SPEC_REVISION
+"""The newest recorded revision, which the catalog is."""
+NEXT = revision._next(NEWEST)
+"""The revision a change of the catalog would be recorded as."""
 
 
 @pytest.fixture
@@ -84,20 +89,20 @@ class TestDigest:
 class TestDrift:
     def test_a_changed_promise_is_named_with_what_to_do(self) -> None:
         """Changing PUT-1's promise is reported, and the advice names the command to run."""
-        assert drift(changed_put_1()) == ["the promise of PUT-1 changed since 2026.11"]
+        assert drift(changed_put_1()) == [f"the promise of PUT-1 changed since {NEWEST}"]
         advice = revision.advice()
         assert f"`{WRITE_COMMAND} <REVISION>`" in advice
-        assert "a revision after 2026.11 (such as 2026.12)" in advice
+        assert f"a revision after {NEWEST} (such as {NEXT})" in advice
         assert "tokcap_spec/__init__.py" in advice
         assert "CHANGELOG.md" in advice
 
     def test_added_removed_and_reordered_clauses_are_named(self) -> None:
         """A new clause, a removed one and a new order each read as a change."""
         extra = replace(clause("PUT-6"), id="PUT-7")
-        assert drift([*CLAUSES, extra]) == ["PUT-7 is new since 2026.11"]
-        assert drift(CLAUSES[1:]) == ["REC-1 was removed since 2026.11"]
+        assert drift([*CLAUSES, extra]) == [f"PUT-7 is new since {NEWEST}"]
+        assert drift(CLAUSES[1:]) == [f"REC-1 was removed since {NEWEST}"]
         swapped = [CLAUSES[1], CLAUSES[0], *CLAUSES[2:]]
-        assert drift(swapped) == ["the clauses are in another order than in 2026.11"]
+        assert drift(swapped) == [f"the clauses are in another order than in {NEWEST}"]
 
     def test_check_exits_one_naming_the_change(
         self, lock: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
@@ -106,7 +111,7 @@ class TestDrift:
         monkeypatch.setattr(revision, "CLAUSES", changed_put_1())
         assert revision.main(["--check", "--lock", str(lock)]) == 1
         err = capsys.readouterr().err
-        assert "the promise of PUT-1 changed since 2026.11" in err
+        assert f"the promise of PUT-1 changed since {NEWEST}" in err
         assert WRITE_COMMAND in err
 
     def test_check_passes_as_a_module(self) -> None:
@@ -129,38 +134,38 @@ class TestRecord:
     ) -> None:
         """A changed catalog is recorded as a new revision, and SPEC_REVISION follows it."""
         changed = changed_put_1()
-        assert record("2026.12", changed, lock, spec_init) is True
+        assert record(NEXT, changed, lock, spec_init) is True
         locked = revision.read(lock)
-        assert list(locked) == ["2026.11", "2026.12"]
-        assert locked["2026.11"] == revision.read(LOCK)["2026.11"]
+        assert list(locked) == [*revision.read(LOCK), NEXT]
+        assert locked[NEWEST] == revision.read(LOCK)[NEWEST]
         assert drift(changed, lock) == []
-        assert 'SPEC_REVISION = "2026.12"' in spec_init.read_text(encoding="utf-8")
+        assert f'SPEC_REVISION = "{NEXT}"' in spec_init.read_text(encoding="utf-8")
 
     def test_refuses_to_rewrite_an_existing_revision(self, lock: Path, spec_init: Path) -> None:
         """An existing revision is never recorded with other promises; nothing is written."""
         before = lock.read_text(encoding="utf-8")
         with pytest.raises(RevisionError, match="never rewritten"):
-            record("2026.11", changed_put_1(), lock, spec_init)
+            record(NEWEST, changed_put_1(), lock, spec_init)
         assert lock.read_text(encoding="utf-8") == before
 
     def test_an_existing_revision_with_its_own_promises_is_already_there(self, lock: Path) -> None:
         """Recording the newest revision again, unchanged, writes nothing."""
-        assert record("2026.11", CLAUSES, lock) is False
+        assert record(NEWEST, CLAUSES, lock) is False
 
     def test_refuses_a_revision_before_the_newest(self, lock: Path) -> None:
         """A new revision must come after the newest one."""
-        with pytest.raises(RevisionError, match=r"not after the newest one, 2026\.11"):
+        with pytest.raises(RevisionError, match=f"not after the newest one, {re.escape(NEWEST)}"):
             record("2026.10", changed_put_1(), lock)
 
     def test_refuses_a_revision_that_changes_nothing(self, lock: Path) -> None:
         """A revision equal to the newest one records nothing new."""
         with pytest.raises(RevisionError, match="nothing to record"):
-            record("2026.12", CLAUSES, lock)
+            record(NEXT, CLAUSES, lock)
 
     def test_write_refuses_with_exit_one(
         self, lock: Path, spec_init: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """--write of an unchanged catalog under a new name exits 1 saying why."""
-        argv = ["--write", "2026.12", "--lock", str(lock), "--spec-init", str(spec_init)]
+        argv = ["--write", NEXT, "--lock", str(lock), "--spec-init", str(spec_init)]
         assert revision.main(argv) == 1
-        assert "refused: the catalog is revision 2026.11 exactly" in capsys.readouterr().err
+        assert f"refused: the catalog is revision {NEWEST} exactly" in capsys.readouterr().err

@@ -54,6 +54,28 @@ class TestResolveSettings:
         settings = resolve(cli={"sink": "m:C", "sink-kwargs": '{"a": 1}'})
         assert (settings.source, dict(settings.source_kwargs)) == ("m:C", {"a": 1})
 
+    def test_the_lineage_resolver_reads_the_sinks_store_unless_told_otherwise(
+        self, tmp_path: Path
+    ) -> None:
+        """--tokcap-lineage takes the sink's kwargs ({tmp_path} the same folder) by default."""
+        cli = {"sink": "m:C", "sink-kwargs": '{"root": "{tmp_path}"}', "lineage": "m:R"}
+        settings = resolve(cli=cli, scratch=tmp_path / "s")
+        assert settings.lineage == "m:R"
+        assert dict(settings.lineage_kwargs) == {"root": str(tmp_path / "s")}
+        assert settings.roles()[-1] == ("lineage", "m:R")
+        given = resolve(env={"TOKCAP_LINEAGE": "m:R"}, cli={"sink": "m:C", "lineage-kwargs": "{}"})
+        assert (given.lineage, dict(given.lineage_kwargs)) == ("m:R", {})
+        assert resolve(cli={"sink": "m:C"}).lineage == ""
+        assert "lineage" in resolve(cli=cli, scratch=tmp_path / "t").secrets
+
+    def test_lineage_kwargs_without_a_resolver_are_refused(self) -> None:
+        with pytest.raises(
+            SettingsError, match=r"--tokcap-lineage-kwargs .*needs --tokcap-lineage"
+        ):
+            resolve(cli={"sink": "m:C", "lineage-kwargs": "{}"})
+        with pytest.raises(SettingsError, match=r"module\.path:ClassName"):
+            resolve(cli={"sink": "m:C", "lineage": "no-colon"})
+
     def test_defaults(self) -> None:
         """An unset fence is any, the seed is fixed and no capability is claimed."""
         settings = resolve(cli={"sink": "m:C"})

@@ -55,11 +55,12 @@ MODULES = (
     "conformance.py",
     "lineage.py",
     "fingerprint.py",
+    "sink.py",
     "staging/records.py",
     "staging/digest.py",
 )
-"""The modules of ``nemo_gym.token_id_capture`` unpacked: what its record, store, config and
-``run_conformance`` import, and nothing else."""
+"""The modules of ``nemo_gym.token_id_capture`` unpacked: what its record, store, config,
+``run_conformance`` and capture path (``sink.py``) import, and nothing else."""
 
 STAND_INS = (
     "nemo_gym/__init__.py",
@@ -178,7 +179,9 @@ def unpack(wheel: Path, pin: PinnedWheel, cache: Path) -> Path:
 
     Unpacked once per pinned digest; a half-written folder from an interrupted run is redone.
     """
-    root = cache / f"unpacked-{pin.version}-{pin.sha256[:16]}"
+    # The folder names what it holds, so a module added to MODULES is unpacked anew.
+    holds = hashlib.sha256("\n".join(MODULES).encode()).hexdigest()[:8]
+    root = cache / f"unpacked-{pin.version}-{pin.sha256[:16]}-{holds}"
     with _exclusive(cache):
         if (root / ".complete").exists():
             return root

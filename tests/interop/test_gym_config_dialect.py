@@ -88,6 +88,7 @@ EXAMPLE_PACKAGE = '''
 import os
 
 from reference.file_store import FileTokenStore
+from reference.lineage import FileLineageResolver
 
 
 class MyDataPlaneSink(FileTokenStore):
@@ -95,15 +96,26 @@ class MyDataPlaneSink(FileTokenStore):
         super().__init__(root=os.environ["MY_PKG_SINK_ROOT"])
 
 
-class MyResolver:
+class MyResolver(FileLineageResolver):
+    def __init__(self) -> None:
+        super().__init__(root=os.environ["MY_PKG_SINK_ROOT"])
+
+
+class GuessingResolver(MyResolver):
+    """Resolves every request that has history to the first call it finds: never proven."""
+
     async def resolve(self, rollout_id, request_items):
-        raise NotImplementedError
+        answer = await super().resolve(rollout_id, request_items)
+        if answer.status != "unresolved":
+            return answer
+        entries = await self._store.peek(rollout_id)
+        if not entries:
+            return answer
+        from tokcap_spec.lineage import LineageMatch, LineageResolution
 
-    def is_process_shared(self) -> bool:
-        return True
-
-    async def close(self) -> None:
-        return None
+        first = entries[0]
+        tokens = (*first.prompt_token_ids, *first.generation_token_ids)
+        return LineageResolution("resolved", LineageMatch(first.model_call_id, tokens, ""))
 '''
 
 
@@ -139,7 +151,20 @@ def test_the_kit_judges_the_documented_example(
     assert {"sink", "lineage_store", "delta_records"} <= set(block)
     result = run_kit_on_config(pytester, monkeypatch, example)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
-    result.stdout.fnmatch_lines(["clauses: * passed, 0 failed, *"])
+    result.stdout.fnmatch_lines(["LINEAGE * 3 * 0 * 0 * 0 * 0", "clauses: * passed, 0 failed, *"])
+
+
+@pytest.mark.slow
+def test_the_kit_judges_the_resolver_a_config_names(
+    gym: SimpleNamespace, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example with a resolver that guesses fails LINEAGE-3, and nothing else."""
+    example = documented_example(gym)
+    block = example["env"]["nemo_gym"][TOKEN_ID_CAPTURE_BLOCK]
+    block["lineage_store"] = "my_pkg.sinks:GuessingResolver"
+    result = run_kit_on_config(pytester, monkeypatch, example)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines(["clauses: * passed, 1 failed, *(failed: LINEAGE-3)*"])
 
 
 @pytest.mark.slow

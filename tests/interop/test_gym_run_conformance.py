@@ -1,7 +1,8 @@
 """NeMo Gym's own ``run_conformance``, from the released wheel, passes every reference store.
 
-Gym's checks run without a lineage resolver, so its two lineage checks are not run; every
-other check it has, ``begin_call`` custody included, must pass.
+Each store is judged with its reference lineage resolver, so all ten of Gym's checks run: its
+two lineage checks (a resolver built before the put and one built after it) and every other,
+``begin_call`` custody included.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from reference.file_store import FileTokenStore
+from reference.lineage import FileLineageResolver, MemoryLineageResolver, RedisLineageResolver
 from reference.memory_store import MemoryTokenStore
 from reference.redis_store import RedisTokenStore
 
@@ -27,36 +29,66 @@ GYM_CHECKS = [
     "freeze_idempotency",
     "post_freeze_write_safety",
     "conditional_retirement",
+    "lineage_visibility",
+    "fresh_client_lineage_visibility",
     "begin_call_custody",
 ]
-"""Every check of Gym's ``run_conformance`` that needs no lineage resolver, in its order."""
+"""Every check of Gym's ``run_conformance``, in its order."""
 
 
-def passed_checks(gym: SimpleNamespace, factory: Callable[[], Any]) -> list[str]:
+def passed_checks(
+    gym: SimpleNamespace, factory: Callable[[], Any], lineage: Callable[[], Any] | None = None
+) -> list[str]:
     """Run Gym's checks with ``factory`` as sink and source factory; return what passed."""
-    passed: list[str] = asyncio.run(gym.conformance.run_conformance(factory, factory))
+    passed: list[str] = asyncio.run(gym.conformance.run_conformance(factory, factory, lineage))
     return passed
 
 
 def test_file_store_passes(gym: SimpleNamespace, tmp_path: Path) -> None:
-    """Fresh FileTokenStore instances on one root pass every check Gym runs."""
-    assert passed_checks(gym, lambda: FileTokenStore(root=tmp_path)) == GYM_CHECKS
+    """Fresh FileTokenStore instances on one root, with its resolver, pass all of Gym's checks."""
+    checks = passed_checks(
+        gym, lambda: FileTokenStore(root=tmp_path), lambda: FileLineageResolver(root=tmp_path)
+    )
+    assert checks == GYM_CHECKS
 
 
 def test_memory_store_passes(gym: SimpleNamespace) -> None:
-    """Fresh MemoryTokenStore instances of one namespace pass every check Gym runs."""
+    """Fresh MemoryTokenStore instances of one namespace, with its resolver, pass them all."""
     namespace = f"gym-{uuid.uuid4().hex}"
-    assert passed_checks(gym, lambda: MemoryTokenStore(namespace=namespace)) == GYM_CHECKS
+    checks = passed_checks(
+        gym,
+        lambda: MemoryTokenStore(namespace=namespace),
+        lambda: MemoryLineageResolver(namespace=namespace),
+    )
+    assert checks == GYM_CHECKS
 
 
 @pytest.mark.usefixtures("gym_root")
 def test_redis_store_passes(gym: SimpleNamespace, start_redis: Any) -> None:
-    """Fresh RedisTokenStore clients of a server the test starts pass every check Gym runs."""
+    """Fresh RedisTokenStore clients of a server the test starts, with their resolver, pass."""
     server = start_redis()
     namespace = f"gym-{uuid.uuid4().hex[:8]}"
-    assert passed_checks(gym, lambda: RedisTokenStore(server.url, namespace=namespace)) == (
-        GYM_CHECKS
+    checks = passed_checks(
+        gym,
+        lambda: RedisTokenStore(server.url, namespace=namespace),
+        lambda: RedisLineageResolver(server.url, namespace=namespace),
     )
+    assert checks == GYM_CHECKS
+
+
+def test_a_resolver_that_guesses_nothing_fails_gyms_lineage_check(
+    gym: SimpleNamespace, tmp_path: Path
+) -> None:
+    """The lineage checks can fail: a resolver that answers unresolved to everything fails."""
+
+    class NeverResolves(FileLineageResolver):
+        async def resolve(self, rollout_id: str, request_items: Any) -> Any:
+            return gym.protocols.LineageResolution(gym.records.ParentResolutionStatus.UNRESOLVED)
+
+    with pytest.raises(gym.conformance.ConformanceError, match="lineage_visibility"):
+        passed_checks(
+            gym, lambda: FileTokenStore(root=tmp_path), lambda: NeverResolves(root=tmp_path)
+        )
 
 
 def test_a_broken_store_fails_gym_checks(gym: SimpleNamespace, tmp_path: Path) -> None:

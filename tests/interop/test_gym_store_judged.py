@@ -3,7 +3,8 @@
 Judged on Gym's own record class, the released store breaks three promises and keeps every
 other one the kit checks: exact round trips (PUT-2: ``-inf`` comes back as ``null``), call
 intents whose ids hold a newline (EXT-BEGIN-1: its intents file is line-split), and the retire
-of ``version + 1`` after a freeze and a mark (DROP-2: a state no consumer ever saw).
+of ``version + 1`` after a freeze and a mark (DROP-2: a state no consumer ever saw). With
+Gym's own file resolver, it keeps every LINEAGE promise.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from zoo import JudgedStore, KitRun, run_kit  # noqa: E402
 
 GYM_STORE = "nemo_gym.token_id_capture.store:TokenCaptureStore"
 GYM_ENTRY = "nemo_gym.token_id_capture.records:TokenEntry"
+GYM_LINEAGE = "nemo_gym.token_id_capture.lineage:FileLineageStore"
 
 BROKEN_BY_GYM = {"PUT-2", "EXT-BEGIN-1", "DROP-2"}
 """The clauses NeMo Gym 0.7.0's file store breaks."""
@@ -36,10 +38,13 @@ def _messages(run: KitRun) -> str:
 
 
 def test_gym_store_fails_exactly_its_three_bugs() -> None:
-    """On Gym's record class, the ci profile fails PUT-2, EXT-BEGIN-1 and DROP-2, blocks nothing."""
-    run = run_kit(
-        JudgedStore("GymTokenCaptureStore", GYM_STORE, (f"--tokcap-entry-class={GYM_ENTRY}",))
-    )
+    """On Gym's record class, the ci profile fails PUT-2, EXT-BEGIN-1 and DROP-2, blocks nothing.
+
+    Judged with Gym's own file resolver, the LINEAGE family passes: Gym resolves entries that
+    tokcap's code stamped, for requests tokcap's code wrote.
+    """
+    flags = (f"--tokcap-entry-class={GYM_ENTRY}", f"--tokcap-lineage={GYM_LINEAGE}")
+    run = run_kit(JudgedStore("GymTokenCaptureStore", GYM_STORE, flags))
     assert run.exit_code == 1, _messages(run)
     assert set(run.failed) == BROKEN_BY_GYM, _messages(run)
     assert run.blocked == (), _messages(run)

@@ -107,6 +107,21 @@ CORRECT = (
     JudgedStore(
         "MappingEntriesStore", "independent:MappingEntriesStore", ("--tokcap-fence=strict",)
     ),
+    JudgedStore(
+        "FileTokenStoreWithLineage",
+        "reference.file_store:FileTokenStore",
+        ("--tokcap-fence=strict", "--tokcap-lineage=reference.lineage:FileLineageResolver"),
+    ),
+    JudgedStore(
+        "MemoryTokenStoreWithLineage",
+        "reference.memory_store:MemoryTokenStore",
+        (
+            "--tokcap-capability=process-local",
+            "--tokcap-fence=strict",
+            "--tokcap-lineage=reference.lineage:MemoryLineageResolver",
+        ),
+        kwargs=None,
+    ),
 )
 """Stores that must pass the whole kit with no failed and no blocked clause."""
 

@@ -16,7 +16,8 @@ def redis_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.mark.slow
 def test_the_kit_passes_every_clause(pytester: pytest.Pytester, redis_url: str) -> None:
-    """`pytest --tokcap-sink=reference.redis_store:RedisTokenStore` passes with a strict fence.
+    """`pytest --tokcap-sink=reference.redis_store:RedisTokenStore` passes with a strict fence,
+    and its lineage resolver passes the LINEAGE family.
 
     On a cluster the store finds out by itself that the URL names a cluster node.
     """
@@ -24,6 +25,7 @@ def test_the_kit_passes_every_clause(pytester: pytest.Pytester, redis_url: str) 
     result = pytester.runpytest_subprocess(
         "--tokcap-sink=reference.redis_store:RedisTokenStore",
         f"--tokcap-sink-kwargs={kwargs}",
+        "--tokcap-lineage=reference.lineage:RedisLineageResolver",
         "-p",
         "no:cacheprovider",
         timeout=600,

@@ -379,3 +379,35 @@ class TestConsume:
         assert outcome.finalized.row == build_training_row(two_turns())
         assert recorder.log == ["freeze", "handoff", "drop"]
         assert guard.finalized == 1
+
+
+def _delta_entry(call: str, prompt: list[int], generation: list[int], **lineage: Any) -> TokenEntry:
+    return TokenEntry(
+        rollout_id="r",
+        model_call_id=call,
+        prompt_token_ids=prompt,
+        generation_token_ids=generation,
+        generation_log_probs=[-0.5] * len(generation),
+        **lineage,
+    )
+
+
+def test_delta_prompts_are_written_out_before_the_row_is_built() -> None:
+    """A call stored with delta_records holds what its prompt adds; the row is whole."""
+    from tokcap_spec.fingerprint import token_digest
+
+    first = _delta_entry("c1", [1, 2], [3])
+    second = _delta_entry(
+        "c2",
+        [4],
+        [5, 6],
+        prompt_is_delta=True,
+        parent_call_id="c1",
+        digest=token_digest([1, 2, 3, 4, 5, 6]),
+    )
+    row = build_training_row([second, first])
+    assert row.token_ids == (1, 2, 3, 4, 5, 6)
+    assert row.loss_mask == (0, 0, 1, 0, 1, 1)
+    orphan = second.model_copy(update={"parent_call_id": "c0"})
+    with pytest.raises(BrokenChainError, match="delta prompt of 'c2' cannot be rebuilt"):
+        build_training_row([first, orphan])

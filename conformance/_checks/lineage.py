@@ -1,0 +1,260 @@
+"""LINEAGE: a put is seen by every resolver at once, which proves parents and never guesses.
+
+Judged only when the run names a lineage resolver (``--tokcap-lineage``), built from the same
+store as the sink. Every request is made by :mod:`conformance._conversations` and every entry
+is stamped there, so what a check expects follows from the fingerprint layout alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance import _steps as step
+from conformance._conversations import (
+    DIALECTS,
+    Answer,
+    Call,
+    Conversation,
+    captured,
+    process_shared,
+    resolve,
+)
+from conformance._entries import ODD_CALL_IDS
+from conformance._kit import Endpoint, Kit
+from conformance._reading import entry_view
+from conformance._registry import check
+from conformance._workers import Operation, WorkerPlan, run_workers
+
+_ATTEMPTS = 6
+"""Puts each resolved the moment they return, by a resolver built before and one after."""
+
+CHAT = DIALECTS[0]
+Items = list[dict[str, Any]]
+
+
+def _first(
+    kit: Kit,
+    rollout: str,
+    dialect: Conversation = CHAT,
+    *,
+    call_id: str | None = None,
+    size: int | None = None,
+    **stamp: Any,
+) -> Call:
+    """The first call of a rollout: a question answered with a tool call."""
+    request, answer = dialect.ask("Weather in Oslo?"), dialect.answer("Let me see.", "t1")
+    return captured(kit, rollout, request, answer, call_id=call_id, size=size, **stamp)
+
+
+def _next_request(call: Call, dialect: Conversation, output: str = "sunny") -> Items:
+    """What the harness sends after ``call``: its request, its answer echoed, the tool's output."""
+    return [*call.request, *dialect.echo(call.answer), *dialect.result("t1", output)]
+
+
+def _continues(call: Call, dialect: Conversation = CHAT) -> Items:
+    """A request that continues ``call`` and nothing else: a later user turn after its answer."""
+    return [*call.request, *dialect.echo(call.answer), *dialect.ask("And tomorrow?")[-1:]]
+
+
+def _expect_parent(
+    kit: Kit, answer: Answer, parent: Call, what: str, hint: str, *, tokens: bool = True
+) -> None:
+    """Fail unless ``answer`` resolved to ``parent`` (with its tokens, unless told not to:
+    which tokens a match carries is LINEAGE-2's to judge, whether it was found LINEAGE-1's)."""
+    if answer.status == "resolved" and answer.call_id == parent.call_id:
+        if not tokens or answer.tokens == parent.cumulative:
+            return
+        kit.fail(
+            expected=f"{what} to carry the parent's prompt and generation "
+            f"({len(parent.cumulative)} tokens)",
+            observed=f"{len(answer.tokens or ())} tokens",
+            hint="cumulative_token_ids is the parent's prompt_token_ids followed by its "
+            "generation_token_ids",
+        )
+    kit.fail(
+        expected=f"{what} to resolve to call {parent.call_id!r}",
+        observed=kit.redact(answer.describe()),
+        hint=hint,
+    )
+
+
+@check("LINEAGE-1", "visible-on-return")
+def visible_on_return(kit: Kit) -> None:
+    """Once put returns, a resolver built before it and one built after it resolve to it."""
+    early, sink = kit.lineage(), kit.sink()
+    shared = process_shared(kit, early)
+    for attempt in range(_ATTEMPTS):
+        rollout = kit.rollout_id()
+        first = _first(kit, rollout, size=4096 if attempt % 3 == 2 else None)
+        resolve(kit, early, rollout, _continues(first))  # a resolver that read the rollout before
+        step.put(kit, sink, first.entry)
+        readers = [("a resolver built before the put", early)]
+        if attempt % 2 == 0:
+            readers.append(("a resolver built after it", kit.lineage()))
+        for who, resolver in readers:
+            _expect_parent(
+                kit,
+                resolve(kit, resolver, rollout, _continues(first)),
+                first,
+                f"a continuation resolved by {who} as soon as put returned (attempt {attempt + 1})",
+                "put must not return before every resolver can read the entry; an index built "
+                "once, or a cache the put has not reached, answers for the state before",
+                tokens=False,
+            )
+        second = captured(kit, rollout, _next_request(first, CHAT), CHAT.answer("Sunny.", "t2"))
+        step.put(kit, sink, second.entry)
+        _expect_parent(
+            kit,
+            resolve(kit, early, rollout, _continues(second)),
+            second,
+            "the second call's continuation, resolved by the resolver that answered the first",
+            "read what the rollout holds now on every resolve; never keep the first answer",
+            tokens=False,
+        )
+    if shared and not kit.claims("process-local"):
+        _put_elsewhere(kit, early)
+
+
+def _put_elsewhere(kit: Kit, early: Endpoint) -> None:
+    """Entries put by sinks in spawned workers are resolved here, by the resolver built before."""
+    calls = [_first(kit, kit.rollout_id(f"w{n}")) for n in range(2)]
+    plans = [
+        WorkerPlan(
+            kit.settings.sink,
+            dict(kit.settings.sink_kwargs),
+            (Operation("put", entry_view(call.entry).payload),),
+            entry_class=kit.settings.entry_class,
+        )
+        for call in calls
+    ]
+    for number, outcome in enumerate(run_workers(plans)):
+        step.expect(
+            kit,
+            outcome.stage == "ok",
+            f"spawned worker {number} to ack its put",
+            kit.redact(f"{outcome.stage}: {outcome.error}"),
+            "build the sink from its target string and kwargs alone (SPAWN-1 says more)",
+        )
+    for call in calls:
+        rollout = entry_view(call.entry).rollout_id
+        _expect_parent(
+            kit,
+            resolve(kit, early, rollout, _continues(call)),
+            call,
+            "a continuation of a call a spawned worker put, resolved here",
+            "is_process_shared() is True, so every process's resolver must see every put; "
+            "answer False for a store other processes cannot read",
+            tokens=False,
+        )
+
+
+@check("LINEAGE-2", "root-and-resolved")
+def root_and_resolved(kit: Kit) -> None:
+    """Requests without model turns are roots; continuations resolve to their own parent."""
+    resolver, sink = kit.lineage(), kit.sink()
+    rollout = kit.rollout_id("roots")
+    first = _first(kit, rollout)
+    roots = [
+        [],
+        CHAT.ask("Hello?"),
+        [*CHAT.ask("Weather?"), *CHAT.result("t0", "a tool's output")],
+        [{"type": "reasoning", "summary": []}, *DIALECTS[1].ask("Hi")],
+    ]
+    for attempt in ("before", "after"):
+        for items in roots:
+            answer = resolve(kit, resolver, rollout, items)
+            step.expect(
+                kit,
+                answer.status == "root" and answer.call_id is None,
+                f"a request of {len(items)} items, none model-authored, to be a root "
+                f"({attempt} the rollout has a call)",
+                kit.redact(answer.describe()),
+                "a request with no assistant item and no function_call continues nothing",
+            )
+        if attempt == "before":
+            step.put(kit, sink, first.entry)
+    for dialect in DIALECTS:
+        _chain(kit, resolver, sink, dialect)
+    for call_id in ODD_CALL_IDS[:4]:
+        rollout = kit.rollout_id("odd")
+        call = _first(kit, rollout, call_id=call_id)
+        step.put(kit, sink, call.entry)
+        _expect_parent(
+            kit,
+            resolve(kit, resolver, rollout, _continues(call)),
+            call,
+            f"a continuation of call {call_id[:20]!r}",
+            "keep call ids exactly as put: never normalize or split them",
+        )
+
+
+def _chain(kit: Kit, resolver: Endpoint, sink: Endpoint, dialect: Conversation) -> None:
+    """Three calls of one rollout: each request resolves to the call right before it."""
+    rollout = kit.rollout_id(dialect.name)
+    first = _first(kit, rollout, dialect)
+    second = captured(kit, rollout, _next_request(first, dialect), dialect.answer("Next.", "t2"))
+    for call in (first, second):
+        step.put(kit, sink, call.entry)
+    for request, parent, which in (
+        (second.request, first, "the second call's request"),
+        (_continues(second, dialect), second, "the third call's request"),
+    ):
+        _expect_parent(
+            kit,
+            resolve(kit, resolver, rollout, request),
+            parent,
+            f"{which} in the {dialect.name} dialect",
+            "match the request's continuation fingerprint, then verify the recorded context "
+            "(tokcap_spec.fingerprint): the parent is the call whose answer the request ends "
+            "with, not the first or the latest call of the rollout",
+        )
+
+
+@check("LINEAGE-3", "never-guesses")
+def never_guesses(kit: Kit) -> None:
+    """Without one proven parent the answer is unresolved: rewritten, ambiguous, elsewhere."""
+    resolver, sink = kit.lineage(), kit.sink()
+    cases: list[tuple[str, str, Items]] = []
+
+    def case(what: str, rollout: str, request: Items) -> None:
+        cases.append((what, rollout, request))
+
+    rollout = kit.rollout_id("never")
+    case("a rollout nothing was put into", rollout, _continues(_first(kit, rollout)))
+    rollout = kit.rollout_id("edited")
+    parent = _first(kit, rollout)
+    second = captured(kit, rollout, _next_request(parent, CHAT), CHAT.answer("Sunny.", "t2"))
+    for call in (parent, second):
+        step.put(kit, sink, call.entry)
+    system, *rest = _continues(parent)
+    rewritten = [{**system, "content": "Be long."}, *rest]
+    case("a history whose system prompt was rewritten", rollout, rewritten)
+    case("a history that lost its first items", rollout, _continues(parent)[1:])
+    changed = [*_next_request(parent, CHAT, output="rainy"), *CHAT.echo(second.answer)]
+    case("a history whose tool result was changed", rollout, [*changed, *CHAT.ask("And?")[-1:]])
+    rollout = kit.rollout_id("twins")
+    twins = [_first(kit, rollout, call_id=f"twin-{n}") for n in range(2)]
+    for call in twins:
+        step.put(kit, sink, call.entry)
+    if twins[0].cumulative != twins[1].cumulative:
+        case("two calls that answered alike with different tokens", rollout, _continues(twins[0]))
+    base = kit.rollout_id("Iso")
+    elsewhere = _first(kit, f"{base}.a")
+    step.put(kit, sink, elsewhere.entry)
+    for lookalike in (f"{base}-a", f"{base}_a", f"{base}.A"):
+        case(f"a parent put into {base}.a, asked in {lookalike}", lookalike, _continues(elsewhere))
+    rollout = kit.rollout_id("v1")
+    stale = _first(kit, rollout, fingerprint_version=1)
+    step.put(kit, sink, stale.entry)
+    case("an entry stamped by fingerprint version 1", rollout, _continues(stale))
+    for what, rollout, request in cases:
+        answer = resolve(kit, resolver, rollout, request)
+        step.expect(
+            kit,
+            answer.status == "unresolved" and not answer.problem,
+            f"unresolved for {what}",
+            kit.redact(answer.describe()),
+            "answer unresolved unless exactly one parent is proven: the same model turns, the "
+            "recorded context repeated item for item, in this rollout, by this fingerprint "
+            "version; among candidates with different tokens never pick one",
+        )
