@@ -88,6 +88,21 @@ reported, and changes what the kit expects rather than excusing a failure.
 - `process-local`: the target keeps records in one process and does not claim to serve
   spawned workers. The checks that need other processes (SPAWN, and MASK-1 across
   processes) are reported as not claimed. Such a target suits single-process setups only.
+
+## Lineage resolvers
+
+A multi-call rollout is one training sequence only if each call knows which earlier call it
+continues. A serving process asks a lineage resolver before the model runs, and the resolver
+answers from what the sinks committed: `root`, `resolved` with the parent's call id and tokens,
+or `unresolved`. Entries carry a stamp of the request they answered (the fingerprint of its
+model-authored turns and a digest of its items, NeMo Gym 0.7.0's layout, in
+`tokcap_spec.fingerprint`); a resolver matches a new request against those stamps.
+
+The LINEAGE family judges the resolver named by `--tokcap-lineage` (or a NeMo Gym 0.7.0
+config's `lineage_store`), built over the same store as the sink; without one it is not
+claimed. A resolver whose `is_process_shared()` answers False is not asked about puts made by
+other processes. `unresolved` is always allowed where no parent is proven: it only masks one
+rollout. A wrong `resolved` is never allowed.
 """
 
 

@@ -172,6 +172,45 @@ def test_the_redis_store_serves_two_workers(redis_server: Any) -> None:
     judge(served, RedisTokenStore(**kwargs))
 
 
+def test_the_memory_store_serves_one_worker() -> None:
+    """The process-local store and resolver serve Gym's path in the one process they share.
+
+    Gym refuses more than one worker with a resolver whose ``is_process_shared()`` is False,
+    so the harness's calls all go to a worker running here, on a thread.
+    """
+    import queue
+    import threading
+
+    from reference.memory_store import MemoryTokenStore
+
+    kwargs = {"namespace": f"gym-{uuid.uuid4().hex[:8]}"}
+    calls: queue.Queue[Any] = queue.Queue()
+    served_queue: queue.Queue[Served] = queue.Queue()
+    worker = threading.Thread(
+        target=serve,
+        args=(
+            0,
+            ("reference.memory_store:MemoryTokenStore", kwargs),
+            ("reference.lineage:MemoryLineageResolver", kwargs),
+            calls,
+            served_queue,
+        ),
+    )
+    worker.start()
+    rng = random.Random(11)
+    conversations = [Conversation(f"gym-{uuid.uuid4().hex[:10]}", rng) for _ in range(ROLLOUTS)]
+    served: list[Served] = []
+    try:
+        for number in range(CALLS):
+            for conversation in conversations:
+                calls.put(conversation.call(number))
+            served += [served_queue.get(timeout=60) for _ in conversations]
+    finally:
+        calls.put(None)
+        worker.join(30)
+    judge(served, MemoryTokenStore(**kwargs))
+
+
 def test_a_resolver_that_never_resolves_masks_nothing_silently(tmp_path: Path) -> None:
     """The proof can fail: with a resolver that never proves a parent, no call resolves."""
     kwargs = {"root": str(tmp_path)}
