@@ -191,6 +191,35 @@ class TestVerdicts:
             ["SPAWN * 0 * 0 * 0 * 4", "clauses: * passed, 0 failed, 0 skipped, 8 not claimed"]
         )
 
+    def test_a_named_resolver_is_judged_and_reported(self, pytester: pytest.Pytester) -> None:
+        """--tokcap-lineage claims the LINEAGE family; the report names the resolver."""
+        result = run(
+            pytester,
+            MEMORY,
+            LOCAL,
+            "--tokcap-lineage=reference.lineage:MemoryLineageResolver",
+            "-k",
+            "LINEAGE",
+            "--tokcap-report=r.json",
+        )
+        assert result.ret == 0, result.stdout.str()[-2000:]
+        report = json.loads((pytester.path / "r.json").read_text())
+        assert report["target"]["lineage"] == "reference.lineage:MemoryLineageResolver"
+        assert report["target"]["distributions"]["lineage"]["name"] == "tokcap"
+        lineage = {c: e["outcome"] for c, e in report["clauses"].items() if c.startswith("LIN")}
+        assert lineage == dict.fromkeys(("LINEAGE-1", "LINEAGE-2", "LINEAGE-3"), "passed")
+        result.stdout.fnmatch_lines(["tokcap: lineage reference.lineage:MemoryLineageResolver *"])
+
+    def test_without_a_resolver_lineage_is_not_claimed(self, pytester: pytest.Pytester) -> None:
+        result = run(pytester, MEMORY, LOCAL, "-k", "LINEAGE", "--tokcap-report=r.json", "-rs")
+        assert result.ret == 0
+        report = json.loads((pytester.path / "r.json").read_text())
+        assert "lineage" not in report["target"]
+        assert report["clauses"]["LINEAGE-2"]["outcome"] == "not-claimed"
+        result.stdout.fnmatch_lines(
+            ["*not claimed: no lineage resolver is named: pass --tokcap-lineage*"]
+        )
+
     def test_memory_store_fails_spawn_without_the_capability(
         self, pytester: pytest.Pytester
     ) -> None:
