@@ -4,7 +4,8 @@
 
 A blind batch lives outside the repository: a folder holding importable modules and a
 ``manifest.json`` listing each store as ``{"target": "pkg.module:Class", "kwargs": {...},
-"clause": "PUT-4" or null, "capabilities": [...], "fence": "any" | "strict", "bug": "..."}``.
+"clause": "PUT-4" or null, "capabilities": [...], "fence": "any" | "strict", "bug": "..."}``,
+with ``"lineage": "pkg.module:Class"`` for a lineage resolver judged over the store's kwargs.
 A store with a clause is a mutant that breaks it; one with null is a correct store the kit must
 pass. Each store gets full kit runs under the ci profile (no ``-p zoo_fast``), each on a seed
 drawn for it and printed, exactly as a framework author's CI would run it. A mutant is
@@ -58,6 +59,8 @@ def load(manifest: Path, redis_url: str | None) -> list[BlindStore]:
         flags = [f"--tokcap-capability={name}" for name in item.get("capabilities", [])]
         if item.get("fence", "any") == "strict":
             flags.append("--tokcap-fence=strict")
+        if item.get("lineage"):
+            flags.append(f"--tokcap-lineage={item['lineage']}")
         name = item["target"].rsplit(":", 1)[1]
         stores.append(
             BlindStore(name, item["target"], kwargs, item.get("clause"), tuple(flags), item["bug"])

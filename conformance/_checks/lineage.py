@@ -7,6 +7,7 @@ is stamped there, so what a check expects follows from the fingerprint layout al
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from conformance import _steps as step
@@ -86,7 +87,7 @@ def visible_on_return(kit: Kit) -> None:
     for attempt in range(_ATTEMPTS):
         rollout = kit.rollout_id()
         first = _first(kit, rollout, size=4096 if attempt % 3 == 2 else None)
-        resolve(kit, early, rollout, _continues(first))  # a resolver that read the rollout before
+        _warm(kit, early, rollout, _continues(first))
         step.put(kit, sink, first.entry)
         readers = [("a resolver built before the put", early)]
         if attempt % 2 == 0:
@@ -113,6 +114,16 @@ def visible_on_return(kit: Kit) -> None:
         )
     if shared and not kit.claims("process-local"):
         _put_elsewhere(kit, early)
+
+
+def _warm(kit: Kit, resolver: Endpoint, rollout: str, request: Items) -> None:
+    """Have ``resolver`` read ``rollout`` before the put, whatever it answers.
+
+    What a resolver answers for a rollout nothing was put into, an error included, is
+    LINEAGE-3's to judge; here it only has to have looked.
+    """
+    with contextlib.suppress(Exception):
+        resolver.resolve(rollout, request)
 
 
 def _put_elsewhere(kit: Kit, early: Endpoint) -> None:
@@ -241,7 +252,7 @@ def never_guesses(kit: Kit) -> None:
     base = kit.rollout_id("Iso")
     elsewhere = _first(kit, f"{base}.a")
     step.put(kit, sink, elsewhere.entry)
-    for lookalike in (f"{base}-a", f"{base}_a", f"{base}.A"):
+    for lookalike in (f"{base}-a", f"{base}_a", f"{base}.A", base):
         case(f"a parent put into {base}.a, asked in {lookalike}", lookalike, _continues(elsewhere))
     rollout = kit.rollout_id("v1")
     stale = _first(kit, rollout, fingerprint_version=1)
