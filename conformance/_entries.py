@@ -37,6 +37,23 @@ ODD_CALL_IDS = (
 )
 """``model_call_id`` strings a transport must keep exactly (PUT-6, EXT-BEGIN-1)."""
 
+LOOKALIKE_CALL_IDS = (
+    "a/b",
+    "a_b",
+    "a-b",
+    "a.b",
+    "A/B",
+    "\u00e9",
+    "e\u0301",
+    "x",
+    "x ",
+    "X",
+    "\ufb01le",
+    "file",
+)
+"""Call ids a sanitizing, case-folding or normalizing key scheme would merge (PUT-6,
+LINEAGE-2): separators, case, composed and decomposed accents, a trailing space, a ligature."""
+
 
 class EntryClassError(ValueError):
     """The ``--tokcap-entry-class`` target cannot build the record's entries."""

@@ -17,7 +17,7 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from conformance import _constructions as constructions
 from conformance._deadline import Overrun, Refused, Watch, current_watch, operations_of
@@ -27,7 +27,6 @@ from conformance._settings import KitSettings
 from conformance._violation import ClauseViolation, NotClaimed, fail
 from tokcap_spec.config import build_endpoint as build_sink_or_source
 from tokcap_spec.errors import EndpointError
-from tokcap_spec.lineage import LineageResolver
 from tokcap_spec.protocols import TokenSink, TokenSource
 from tokcap_spec.redaction import redact
 
@@ -49,10 +48,19 @@ def run_token() -> str:
     return _RUN_TOKEN
 
 
+class LineageResolverCalls(Protocol):
+    """The coroutine methods of a :class:`~tokcap_spec.lineage.LineageResolver`, which building
+    one checks; its plain ``is_process_shared`` is LINEAGE-1's to judge."""
+
+    async def resolve(self, rollout_id: str, request_items: Any) -> Any: ...
+
+    async def close(self) -> None: ...
+
+
 _PROTOCOLS: dict[str, type] = {
     "sink": TokenSink,
     "source": TokenSource,
-    LINEAGE_ROLE: LineageResolver,
+    LINEAGE_ROLE: LineageResolverCalls,
 }
 
 

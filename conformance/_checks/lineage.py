@@ -20,7 +20,7 @@ from conformance._conversations import (
     process_shared,
     resolve,
 )
-from conformance._entries import ODD_CALL_IDS
+from conformance._entries import LOOKALIKE_CALL_IDS, ODD_CALL_IDS
 from conformance._kit import Endpoint, Kit
 from conformance._reading import entry_view
 from conformance._registry import check
@@ -129,6 +129,8 @@ def _warm(kit: Kit, resolver: Endpoint, rollout: str, request: Items) -> None:
 def _put_elsewhere(kit: Kit, early: Endpoint) -> None:
     """Entries put by sinks in spawned workers are resolved here, by the resolver built before."""
     calls = [_first(kit, kit.rollout_id(f"w{n}")) for n in range(2)]
+    for call in calls:  # a resolver that keeps what it read must still see other processes' puts
+        _warm(kit, early, entry_view(call.entry).rollout_id, _continues(call))
     plans = [
         WorkerPlan(
             kit.settings.sink,
@@ -186,16 +188,27 @@ def root_and_resolved(kit: Kit) -> None:
             step.put(kit, sink, first.entry)
     for dialect in DIALECTS:
         _chain(kit, resolver, sink, dialect)
-    for call_id in ODD_CALL_IDS[:4]:
-        rollout = kit.rollout_id("odd")
-        call = _first(kit, rollout, call_id=call_id)
+    _lookalikes(kit, resolver, sink)
+
+
+def _lookalikes(kit: Kit, resolver: Endpoint, sink: Endpoint) -> None:
+    """Calls of one rollout whose ids differ only by case, separators, accents or a space, each
+    answering its own question: each continuation resolves to its own call, id kept exactly."""
+    rollout = kit.rollout_id("lookalike")
+    calls = []
+    for number, call_id in enumerate((*ODD_CALL_IDS[:4], *LOOKALIKE_CALL_IDS)):
+        request = CHAT.ask(f"Weather in city {number}?")
+        answer = CHAT.answer(f"Looking up city {number}.", f"t{number}")
+        calls.append(captured(kit, rollout, request, answer, call_id=call_id))
+    for call in calls:
         step.put(kit, sink, call.entry)
+    for call in calls:
         _expect_parent(
             kit,
             resolve(kit, resolver, rollout, _continues(call)),
             call,
-            f"a continuation of call {call_id[:20]!r}",
-            "keep call ids exactly as put: never normalize or split them",
+            f"a continuation of call {call.call_id[:20]!r}",
+            "keep call ids exactly as put: never normalize, case-fold, strip or split them",
         )
 
 

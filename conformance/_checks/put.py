@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from conformance import _steps as step
-from conformance._entries import ODD_CALL_IDS
+from conformance._entries import LOOKALIKE_CALL_IDS, ODD_CALL_IDS
 from conformance._kit import Endpoint, Kit
 from conformance._reading import SnapshotView, Unreadable, entry_view, record_fields
 from conformance._registry import basic, check
@@ -48,10 +48,6 @@ def _expect_round_trip(kit: Kit, entry: Any, snapshot: SnapshotView) -> None:
             hint="serialize losslessly: plain JSON turns -inf into null, float32 loses precision, "
             "and some stores drop unknown fields",
         )
-
-
-LOOKALIKE_CALL_IDS = ("a/b", "a_b", "a-b", "a.b", "A/B", "\u00e9", "e\u0301", "x", "x ", "X")
-"""Call ids a sanitizing, case-folding or normalizing key scheme would merge (PUT-6)."""
 
 
 def _property_settings(examples: int) -> settings:

@@ -167,3 +167,17 @@ class FirstOfTwins(_Resolving):
             ):
                 return _resolved(entry, (*entry.prompt_token_ids, *entry.generation_token_ids))
         return decided
+
+
+class AwaitedSharedFlag(_Resolving):
+    """LINEAGE-1: ``is_process_shared`` is declared ``async``.
+
+    A serving process calls it without awaiting, and a coroutine object is always true: a
+    resolver that meant to say anything is taken to say "shared".
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-1"
+    flags: ClassVar[tuple[str, ...]] = _flags("AwaitedSharedFlag")
+
+    async def is_process_shared(self) -> bool:  # type: ignore[override]
+        return True
