@@ -1056,7 +1056,8 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "A resolve the moment each put returns, by a resolver that already answered for the "
             "rollout before the put and by one built after it; plain and 4,096-token entries; "
-            "entries put by spawned workers, resolved here; later calls of the same rollout."
+            "entries put by spawned workers into rollouts this process's resolver read before, "
+            "resolved here; later calls of the same rollout."
         ),
         checked_by=KIT,
     ),
@@ -1085,7 +1086,8 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "Requests of user, system, tool and reasoning items only; chains of three calls in "
             "which each resolves to the one before, not the first; chat, Responses and Anthropic "
-            "tool calls and results; odd and look-alike call ids."
+            "tool calls and results; odd call ids, and twelve in one rollout that differ only by "
+            "case, separators, composed or decomposed accents, a trailing space or a ligature."
         ),
         checked_by=KIT,
     ),
@@ -1112,7 +1114,8 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "A never-written rollout; a changed system prompt, a changed tool result, a "
             "truncated history; two calls that answered alike with different tokens; the "
-            "parent in a look-alike rollout; an entry stamped with version 1."
+            "parent in a look-alike rollout (case, `.`, `_`, `-`) and asked in a rollout whose "
+            "id is a prefix of the parent's; an entry stamped with version 1."
         ),
         checked_by=KIT,
     ),
