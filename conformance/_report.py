@@ -249,20 +249,27 @@ class Verdicts:
     def write_markdown(self, path: Path) -> None:
         _write(path, self.as_markdown())
 
-    def as_junit(self) -> str:
-        """The kit's tests as a junit XML document: one test case per check that ran."""
+    def as_junit(self, *, ended_early: str = "") -> str:
+        """The kit's tests as a junit XML document: one test case per check that ran.
+
+        ``ended_early`` says why a run ended before its checks did; it becomes one more test
+        case, in error, so that a junit reader does not take the run for a pass.
+        """
         counts = Counter(
             "skipped" if status == "not-claimed" else status for status, _ in self.tests.values()
         )
         suite = ElementTree.Element(
             "testsuite",
             name="tokcap",
-            tests=str(len(self.tests)),
+            tests=str(len(self.tests) + bool(ended_early)),
             failures=str(counts["failed"]),
-            errors="0",
+            errors=str(int(bool(ended_early))),
             skipped=str(counts["skipped"]),
             time=f"{self.run.duration or 0:.3f}",
         )
+        if ended_early:
+            case = ElementTree.SubElement(suite, "testcase", classname="tokcap", name="run")
+            ElementTree.SubElement(case, "error", message=f"run interrupted: {ended_early}")
         for name, (status, message) in self.tests.items():
             module, _, test = name.partition("::")
             case = ElementTree.SubElement(
@@ -277,8 +284,8 @@ class Verdicts:
         tree.append(suite)
         return ElementTree.tostring(tree, encoding="unicode", xml_declaration=True) + "\n"
 
-    def write_junit(self, path: Path) -> None:
-        _write(path, self.as_junit())
+    def write_junit(self, path: Path, *, ended_early: str = "") -> None:
+        _write(path, self.as_junit(ended_early=ended_early))
 
 
 def _write(path: Path, text: str) -> None:

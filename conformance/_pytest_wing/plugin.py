@@ -366,7 +366,19 @@ def _finish_unfinished(config: pytest.Config) -> None:
             reason = f"terminated by {signal}" if signal else "interrupted before the checks ran"
             verdicts.run.finish("interrupted", reason)
             _write_reports(config, verdicts, settings)
+            junit = config.option.xmlpath
+            path = Path(config.invocation_params.dir, os.path.expanduser(junit or "."))
+            if junit and not _written_since(path, verdicts.run.started):
+                # The session never ran, so pytest wrote no junit: the kit writes its own.
+                verdicts.write_junit(path, ended_early=reason)
     interrupt.restore()
+
+
+def _written_since(path: Path, started: float) -> bool:
+    try:
+        return path.stat().st_mtime >= started
+    except OSError:
+        return False
 
 
 def _stop_what_the_kit_started() -> None:

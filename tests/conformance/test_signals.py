@@ -163,13 +163,18 @@ def test_a_signal_while_a_worker_hangs_writes_every_report_and_reaps_the_worker(
 
 
 def test_sigterm_while_the_target_is_built_still_writes_the_reports(start: Any) -> None:
-    """SIGTERM during the start-up build, before any check, writes reports marked interrupted."""
+    """SIGTERM during the start-up build, before any check, writes reports marked interrupted,
+    junit included."""
     run = start("HangsBuilding")
     assert run.heard()[0] == "building"
     run.process.send_signal(signal.SIGTERM)
     code, _ = run.ended()
     assert code == pytest.ExitCode.INTERRUPTED
     interrupted_reports(run, "terminated by SIGTERM")
+    # pytest's own junit needs a session; the kit's says the run did not pass.
+    junit = (run.path / "junit.xml").read_text()
+    assert 'errors="1"' in junit
+    assert 'message="run interrupted: terminated by SIGTERM"' in junit
 
 
 def test_sigkill_of_the_kit_takes_its_hanging_worker_with_it(start: Any) -> None:
