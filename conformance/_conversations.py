@@ -17,6 +17,7 @@ from typing import Any
 
 from conformance._kit import Endpoint, Kit, unexpected_error
 from conformance._reading import entry_view
+from conformance._violation import ExtensionMissing
 from tokcap_spec.fingerprint import continuation_stamp
 
 __all__ = [
@@ -159,7 +160,16 @@ def captured(
     ``stamp`` replaces stamp fields, to make an entry a resolver must not take as a parent.
     """
     fields = {"output_items": answer, **continuation_stamp(request, answer), **stamp}
-    entry = kit.entries.entry(rollout_id, call_id, prompt_len=size, generation_len=size, **fields)
+    try:
+        entry = kit.entries.entry(
+            rollout_id, call_id, prompt_len=size, generation_len=size, **fields
+        )
+    except (TypeError, ValueError) as exc:
+        raise ExtensionMissing(
+            f"the entry class {kit.settings.entry_class} cannot carry the lineage stamp "
+            f"({type(exc).__name__}); judge lineage with a record class that keeps extra "
+            "fields, such as tokcap_spec.records:TokenEntry or NeMo Gym's TokenEntry"
+        ) from None
     return Call(entry, request, answer)
 
 

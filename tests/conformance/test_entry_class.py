@@ -92,3 +92,45 @@ class TestOption:
         )
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         result.stderr.fnmatch_lines(["*environment variable TOKCAP_ENTRY_CLASS*"])
+
+
+FIXED_FIELDS = """
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedRecord:
+    rollout_id: str
+    model_call_id: str
+    model: str
+    prompt_token_ids: list
+    generation_token_ids: list
+    generation_log_probs: list
+    routed_experts: Any
+    output_items: list
+    token_item_index: Any
+    created_at: float
+"""
+
+
+def test_a_class_with_no_room_for_the_lineage_stamp_skips_lineage_saying_why(
+    pytester: pytest.Pytester,
+) -> None:
+    """A record class with fixed fields cannot carry the stamp: LINEAGE is skipped, not failed."""
+    pytester.makepyfile(records=FIXED_FIELDS)
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--tokcap-sink=reference.memory_store:MemoryTokenStore",
+        "--tokcap-capability=process-local",
+        "--tokcap-lineage=reference.lineage:MemoryLineageResolver",
+        "--tokcap-entry-class=records:FixedRecord",
+        "-k",
+        "LINEAGE",
+        "-rs",
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
+    result.stdout.fnmatch_lines(
+        ["*entry class records:FixedRecord cannot carry the lineage stamp*"]
+    )
