@@ -237,7 +237,8 @@ def resolve(kit: Kit, resolver: Endpoint, rollout_id: str, request: Items) -> An
 
 def process_shared(kit: Kit, resolver: Endpoint) -> bool:
     """``is_process_shared()``, which must answer a bool without being awaited (LINEAGE-1)."""
-    answer = resolver.raw.is_process_shared()
+    with kit.watch.call(["is_process_shared"]):
+        answer = resolver.raw.is_process_shared()
     if inspect.isawaitable(answer):
         if inspect.iscoroutine(answer):
             answer.close()
