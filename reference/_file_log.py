@@ -29,16 +29,17 @@ import uuid
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager, suppress
 
-from reference._file_packed import unpack_entry
+from reference._file_packed import unpack_base64_entry, unpack_entry
 from reference._file_records import (
-    ENTRY_PREFIX,
+    BLOB,
+    ENTRY,
     PACKED,
-    PACKED_PREFIX,
+    IncompleteFrame,
     Record,
     ReplayedRollout,
     has_checksum,
     open_record,
-    parse_record,
+    parse_frame,
     tombstone_record,
 )
 from tokcap_spec.errors import CorruptStoreError, StoreWriteError
@@ -288,21 +289,19 @@ class RolloutLog:
         if size == self._offset:
             return
         data = self._read(self._offset, size - self._offset)
-        complete = data.rfind(b"\n") + 1
-        # Every complete line is checked before a torn tail is cut, and a first line that is
-        # not the store's own header is never cut: the file may not be one the store wrote.
-        if self._offset == 0 and not complete and not _could_be_header(data):
+        # A first line that is not the store's own header is never cut: the file may not be
+        # one the store wrote.
+        if self._offset == 0 and b"\n" not in data and not _could_be_header(data):
             raise CorruptStoreError(
                 f"{self.path}: holds {len(data)} bytes without a newline that do not begin a log "
                 "header; this is not a file the store wrote, so it is left as it is"
             )
+        # Every complete record is checked before a torn tail is cut.
         start = 0
-        while start < complete:
-            end = data.index(b"\n", start) + 1
-            self._apply(data[start:end])
+        while start < len(data) and (end := self._apply(data, start)) is not None:
             self._offset += end - start
             start = end
-        if complete < len(data):
+        if start < len(data):
             # Appends happen under the lock, so an unterminated tail is a writer that died.
             try:
                 os.ftruncate(self._fd, self._offset)
@@ -320,16 +319,26 @@ class RolloutLog:
                 exc.errno, f"{self.path}: could not read {size} bytes at offset {offset}: {exc}"
             ) from exc
 
-    def _apply(self, line: bytes) -> None:
+    def _apply(self, data: bytes, start: int) -> int | None:
+        """Replay the record at ``start``; return where it ends, or None if ``data`` does first."""
         state = self.state
         if not state.lines:
-            state.sealed = has_checksum(line)
+            newline = data.find(b"\n", start)
+            if newline < 0:
+                return None
+            state.sealed = has_checksum(data[start : newline + 1])
         try:
-            state.apply(parse_record(line, sealed=state.sealed))
+            record, end = parse_frame(
+                data, start, sealed=state.sealed, blobs=state.format >= 4 and state.opened
+            )
+            state.apply(record)
+        except IncompleteFrame:
+            return None
         except ValueError as exc:
             raise CorruptStoreError(
                 f"{self.path}: line {self.state.lines + 1} is not a valid record: {exc}"
             ) from None
+        return end
 
     def append(self, records: Sequence[Record], *, sync: bool = True) -> bool:
         """Append ``records`` (the header first if the log has none) and replay them.
@@ -399,7 +408,8 @@ class RolloutLog:
         Raises :class:`StoreWriteError` if no descriptor of its own can be had for it.
         """
         fd = self._own_descriptor("to read it")
-        return LogCut(fd, self.path, self.rollout_id, self._offset, self.state.sealed)
+        state = self.state
+        return LogCut(fd, self.path, self.rollout_id, self._offset, state.sealed, state.format)
 
     def _own_descriptor(self, purpose: str) -> int:
         try:
@@ -450,12 +460,15 @@ class LogCut:
     it is read.
     """
 
-    def __init__(self, fd: int, path: str, rollout_id: str, size: int, sealed: bool) -> None:
+    def __init__(
+        self, fd: int, path: str, rollout_id: str, size: int, sealed: bool, log_format: int
+    ) -> None:
         self._fd = fd
         self.path = path
         self.rollout_id = rollout_id
         self.size = size
         self.sealed = sealed
+        self.blobs = log_format >= 4
 
     def entries(self) -> list[TokenEntry]:
         """Return one fresh entry per call id, in log order, and release the descriptor.
@@ -494,26 +507,28 @@ class LogCut:
         entries: dict[str, TokenEntry] = {}
         start = number = 0
         while start < len(data):
-            end = data.index(b"\n", start) + 1
             number += 1
-            if data.startswith(ENTRY_PREFIX, start) or data.startswith(PACKED_PREFIX, start):
-                record, entry = self._entry(data[start:end], number)
+            try:
+                record, start = parse_frame(
+                    data, start, sealed=self.sealed, blobs=self.blobs, identify=False
+                )
+            except ValueError as exc:
+                raise CorruptStoreError(
+                    f"{self.path}: line {number} changed since it was replayed: {exc}"
+                ) from None
+            if record.kind in (ENTRY, PACKED, BLOB):
+                entry = self._entry(record, number)
                 # A foreign writer's conflicting duplicate already marked the rollout; first wins.
                 entries.setdefault(record.call, entry)
                 yield
-            start = end
         return list(entries.values())
 
-    def _entry(self, line: bytes, number: int) -> tuple[Record, TokenEntry]:
+    def _entry(self, record: Record, number: int) -> TokenEntry:
         try:
-            record = parse_record(line, sealed=self.sealed, identify=False)
-        except ValueError as exc:
-            raise CorruptStoreError(
-                f"{self.path}: line {number} changed since it was replayed: {exc}"
-            ) from None
-        try:
-            if record.kind == PACKED:
+            if record.kind == BLOB:
                 entry = unpack_entry(record.payload, record.tokens)
+            elif record.kind == PACKED:
+                entry = unpack_base64_entry(record.payload, record.tokens)
             else:
                 entry = TokenEntry.from_json_bytes(record.payload)
         except (ValueError, RecursionError) as exc:
@@ -530,7 +545,7 @@ class LogCut:
                 f"{self.path}: line {number} files the entry of call "
                 f"{entry.model_call_id!r} under call {record.call!r}"
             )
-        return record, entry
+        return entry
 
 
 class OwedSync:

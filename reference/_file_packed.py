@@ -18,6 +18,7 @@ import array
 import base64
 import binascii
 import json
+import marshal
 import math
 import struct
 import sys
@@ -26,7 +27,7 @@ from typing import Any, Final
 
 from tokcap_spec.records import MAX_TOKEN_ID, TokenEntry
 
-__all__ = ["ARRAY_FIELDS", "CheckedEntry", "check_entry", "unpack_entry"]
+__all__ = ["ARRAY_FIELDS", "CheckedEntry", "check_entry", "unpack_base64_entry", "unpack_entry"]
 
 ARRAY_FIELDS: Final = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 """The fields a packed entry keeps as binary, in the order they are packed."""
@@ -38,6 +39,10 @@ _ENCODER: Final = json.JSONEncoder(
 )
 _SWAP = sys.byteorder == "big"
 _NON_NEGATIVE_TOP_BYTES: Final = bytes(range(0x80))
+_ARRAY_NAMES: Final[set[str]] = set(ARRAY_FIELDS)
+_NO_ARRAYS: Final[dict[str, list[Any]]] = {name: [] for name in ARRAY_FIELDS}
+_LIST_HEADER: Final = 5
+"""marshal's list header: a type byte and a 4-byte length."""
 if array.array("i").itemsize != 4 or array.array("d").itemsize != 8:
     raise ImportError("packed token arrays need 4-byte C ints and 8-byte C doubles")
 
@@ -46,8 +51,8 @@ if array.array("i").itemsize != 4 or array.array("d").itemsize != 8:
 class CheckedEntry:
     """An entry that passed the record rules, encoded for whichever log format takes it.
 
-    ``packed`` is ``(other fields as canonical JSON, base64 of the packed arrays)``, or None
-    when the entry must be stored as JSON; :meth:`json_bytes` gives the canonical JSON.
+    ``packed`` is ``(other fields as canonical JSON, the packed arrays)``, or None when the
+    entry must be stored as JSON; :meth:`json_bytes` gives the canonical JSON.
     """
 
     entry: TokenEntry | None
@@ -71,22 +76,26 @@ def check_entry(entry: TokenEntry) -> CheckedEntry:
     """Check ``entry`` as ``checked_json_bytes`` does and encode it; raise what that raises.
 
     An entry built without validation that breaks the record rules raises pydantic's
-    ``ValidationError``; a value JSON cannot hold raises ``TypeError``. Arrays of plain ints
-    and floats are checked against the record rules directly and the other fields validated as
-    a record; anything else is validated whole, exactly as ``checked_json_bytes`` would.
+    ``ValidationError``; a value JSON cannot hold raises ``TypeError``. Arrays that are plain
+    lists of plain ints and floats are checked against the record rules in a few C passes,
+    read in place without a copy, and the other fields validated as a record; anything else is
+    validated whole, exactly as ``checked_json_bytes`` would.
     """
-    fields = entry.model_dump(mode="python", warnings=False)
-    arrays = [fields.pop(name) for name in ARRAY_FIELDS]
-    raw = _packed_if_plain(*arrays)
+    values = entry.__dict__
+    raw = _packed_if_plain(*(values.get(name) for name in ARRAY_FIELDS))
     if raw is not None:
-        TokenEntry.model_validate({**fields, **{name: [] for name in ARRAY_FIELDS}})
-    else:
-        TokenEntry.model_validate({**fields, **dict(zip(ARRAY_FIELDS, arrays, strict=True))})
-        prompt, generated, log_probs = arrays
-        if not all(issubclass(kind, float) for kind in set(map(type, log_probs))):
-            return CheckedEntry(entry, None, entry.checked_json_bytes())
-        raw = _pack(prompt, generated, log_probs)
-    return CheckedEntry(entry, (_ENCODER.encode(fields).encode("ascii"), base64.b64encode(raw)))
+        fields = entry.model_dump(mode="python", warnings=False, exclude=_ARRAY_NAMES)
+        # In the order checked_json_bytes takes: what JSON cannot hold fails before validation.
+        rest = _ENCODER.encode(fields).encode("ascii")
+        TokenEntry.model_validate({**fields, **_NO_ARRAYS})
+        return CheckedEntry(entry, (rest, raw))
+    payload = entry.checked_json_bytes()
+    fields = entry.model_dump(mode="python", warnings=False)
+    prompt, generated, log_probs = (fields.pop(name) for name in ARRAY_FIELDS)
+    if not all(issubclass(kind, float) for kind in set(map(type, log_probs))):
+        return CheckedEntry(entry, None, payload)
+    rest = _ENCODER.encode(fields).encode("ascii")
+    return CheckedEntry(entry, (rest, _pack(prompt, generated, log_probs)), payload)
 
 
 def _pack(prompt: list[int], generated: list[int], log_probs: list[float]) -> bytes:
@@ -99,20 +108,57 @@ def _pack(prompt: list[int], generated: list[int], log_probs: list[float]) -> by
     return b"".join((_COUNTS.pack(len(prompt), len(generated), len(probs)), ids, probs))
 
 
-def _packed_if_plain(prompt: Any, generated: Any, log_probs: Any) -> bytes | None:
-    """Return the packed arrays if they are plain values the record rules accept, else None."""
-    if not isinstance(prompt, list) or not isinstance(generated, list):
-        return None
-    if not isinstance(log_probs, list) or len(generated) != len(log_probs):
-        return None
-    if not {*map(type, prompt), *map(type, generated)} <= {int}:
-        return None
-    if not set(map(type, log_probs)) <= {float} or any(map(math.isnan, log_probs)):
-        return None
+def _marshalled(values: list[Any], tag: bytes, width: int) -> bytes | None:
+    """Return ``marshal``'s bytes of ``values`` if each is written as ``tag`` and ``width`` bytes.
+
+    ``marshal`` version 2 (which never shares objects) writes a list as a 5-byte header and
+    each value as one tag byte and its little-endian bytes: ``i`` and an int32 for an ``int``
+    that fits one, ``g`` and a double for a ``float``. A bool, a larger int or any other object
+    gets another tag or length, and a subclass is refused; so one C pass checks every value's
+    type, and for ints its 32-bit range.
+    """
     try:
-        raw = _pack(prompt, generated, log_probs)
-    except OverflowError:
+        data = marshal.dumps(values, 2)
+    except ValueError:
         return None
+    if len(data) != _LIST_HEADER + (width + 1) * len(values):
+        return None
+    return None if data[_LIST_HEADER :: width + 1].translate(None, tag) else data
+
+
+def _planes(data: bytes, count: int, width: int) -> bytearray:
+    """Return the ``width``-byte values of :func:`_marshalled` ``data`` without their tags."""
+    out = bytearray(width * count)
+    for byte in range(width):
+        out[byte::width] = data[_LIST_HEADER + 1 + byte :: width + 1]
+    return out
+
+
+def _packed_if_plain(prompt: Any, generated: Any, log_probs: Any) -> bytes | None:
+    """Return the packed arrays if they are plain values the record rules accept, else None.
+
+    Plain means exact lists of exact ``int`` and ``float`` values, as a validated entry holds.
+    """
+    if type(prompt) is not list or type(generated) is not list or type(log_probs) is not list:
+        return None
+    if len(generated) != len(log_probs):
+        return None
+    prompt_data = _marshalled(prompt, b"i", 4)
+    generated_data = _marshalled(generated, b"i", 4)
+    probs_data = _marshalled(log_probs, b"g", 8)
+    if prompt_data is None or generated_data is None or probs_data is None:
+        return None
+    # A NaN makes the sum NaN, so only a NaN sum (or opposite infinities) needs a closer look.
+    if math.isnan(sum(log_probs)) and any(map(math.isnan, log_probs)):
+        return None
+    raw = b"".join(
+        (
+            _COUNTS.pack(len(prompt), len(generated), len(log_probs)),
+            _planes(prompt_data, len(prompt), 4),
+            _planes(generated_data, len(generated), 4),
+            _planes(probs_data, len(log_probs), 8),
+        )
+    )
     return None if _has_negative_id(raw, len(prompt) + len(generated)) else raw
 
 
@@ -122,17 +168,23 @@ def _has_negative_id(raw: bytes, count: int) -> bool:
     return bool(top.translate(None, _NON_NEGATIVE_TOP_BYTES))
 
 
-def unpack_entry(rest: bytes, tokens: bytes) -> TokenEntry:
-    """Return the entry whose other fields are ``rest`` and whose packed arrays are ``tokens``.
-
-    The other fields are validated as a record; the arrays are checked against the record's
-    rules directly (lengths, token id range, no NaN) instead of element by element. Raises
-    ``ValueError`` saying what is wrong.
-    """
+def unpack_base64_entry(rest: bytes, tokens: bytes) -> TokenEntry:
+    """Return the entry of a format 3 record: :func:`unpack_entry` of the base64 ``tokens``."""
     try:
         raw = base64.b64decode(tokens, validate=True)
     except binascii.Error as exc:
         raise ValueError(f"the packed tokens are not base64: {exc}") from None
+    return unpack_entry(rest, raw)
+
+
+def unpack_entry(rest: bytes, raw: bytes) -> TokenEntry:
+    """Return the entry whose other fields are ``rest`` and whose packed arrays are ``raw``.
+
+    The other fields are validated as a record; the arrays are checked against the record's
+    rules directly (lengths, token id range, no NaN) instead of element by element, and each
+    is turned into its list in one pass, without an intermediate copy. Raises ``ValueError``
+    saying what is wrong.
+    """
     if len(raw) < _COUNTS.size:
         raise ValueError("the packed tokens are shorter than their header")
     prompt, generated, probs = _COUNTS.unpack_from(raw)
@@ -149,22 +201,28 @@ def unpack_entry(rest: bytes, tokens: bytes) -> TokenEntry:
     # An int32 is at most MAX_TOKEN_ID, so only a negative one breaks the rule.
     if _has_negative_id(raw, prompt + generated):
         raise ValueError(f"a packed token id is outside [0, {MAX_TOKEN_ID}]")
-    ids = array.array("i", raw[_COUNTS.size : ids_end])
-    log_probs = array.array("d", raw[ids_end:])
-    if _SWAP:
-        ids.byteswap()
-        log_probs.byteswap()
-    if any(map(math.isnan, log_probs)):
+    view = memoryview(raw)
+    prompt_end = _COUNTS.size + 4 * prompt
+    log_probs = _values("d", view[ids_end:])
+    if math.isnan(sum(log_probs)) and any(map(math.isnan, log_probs)):
         raise ValueError("a packed log prob is NaN")
     fields: Any = json.loads(rest)
     if not isinstance(fields, dict) or any(name in fields for name in ARRAY_FIELDS):
         raise ValueError("the fields of a packed entry must be a JSON object without its arrays")
-    values = ids.tolist()
     base = TokenEntry.model_validate(fields)
     return base.model_copy(
         update={
-            "prompt_token_ids": values[:prompt],
-            "generation_token_ids": values[prompt:],
-            "generation_log_probs": log_probs.tolist(),
+            "prompt_token_ids": _values("i", view[_COUNTS.size : prompt_end]),
+            "generation_token_ids": _values("i", view[prompt_end:ids_end]),
+            "generation_log_probs": log_probs,
         }
     )
+
+
+def _values(code: str, data: memoryview) -> list[Any]:
+    """Return the little-endian values of type ``code`` in ``data`` as a list."""
+    values = array.array(code)
+    values.frombytes(data)
+    if _SWAP:
+        values.byteswap()
+    return values.tolist()

@@ -6,16 +6,22 @@ lower case hex digits) of the line's bytes before ``,"crc":``. A line whose chec
 match is refused, so a flipped bit never turns one valid record into another. Format 1 lines are
 the same without the checksum. Format 3 adds the packed entry record; a log keeps the format it
 was started in (its first line says which), so format 1 and 2 logs are still read and appended
-to in their own format. Without the checksum field, the lines are:
+to in their own format. Format 4 keeps an entry's packed arrays as raw bytes right after its
+line, without base64. Without the checksum field, the lines are:
 
 - ``{"epoch":E,"format":F,"kind":"open","rollout_id":R}``: always the first line; ``E`` names
   this incarnation of the rollout id, so a snapshot of a deleted and reused id never matches.
 - ``{"kind":"packed","call":C,"tokens":T,"entry":J}`` (format 3 only): ``T`` is the base64 of
   the entry's token arrays packed little-endian (see ``_file_packed``) and ``J`` the canonical
   JSON of its other fields. Its identity is ``T`` and ``J`` together.
+- ``{"kind":"blob","call":C,"size":N,"sum":S,"entry":J}`` (format 4 only), followed by ``N``
+  bytes: the entry's token arrays packed little-endian, whose CRC-32 is ``S`` (8 hex digits),
+  and ``J`` the canonical JSON of its other fields. The line's own checksum covers ``N`` and
+  ``S``, so a damaged size is never mistaken for a torn tail. Its identity is the bytes and
+  ``J`` together. A record is a line and, for a blob, its bytes: :func:`parse_frame` reads one.
 - ``{"kind":"entry","call":C,"entry":J}``: ``J`` is exactly ``TokenEntry.to_json_bytes()``,
   embedded verbatim so the stored payload is the canonical bytes and nothing is re-serialized;
-  in format 3 only for an entry that cannot be packed.
+  in formats 3 and 4 only for an entry that cannot be packed.
   ``C`` (ASCII-escaped) repeats its ``model_call_id`` so that replaying a line never parses
   the payload; ``RolloutLog.entries`` parses it once, at freeze.
 - ``{"call":C,"kind":"intent"}``: ``begin_call`` announced call ``C``.
@@ -24,8 +30,9 @@ to in their own format. Without the checksum field, the lines are:
 - ``{"at":T,"kind":"tombstone","reason":W,"rollout_id":R}``: the only line of a rollout that was
   dropped or retired.
 
-``json.dumps`` escapes newlines inside strings, so a record never spans two lines whatever the
-call id holds.
+``json.dumps`` escapes newlines inside strings, so a line never spans two lines whatever the
+call id holds; a blob's bytes, which may hold any byte, are found by their size, never by a
+newline.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any, Final
 
 __all__ = [
+    "BLOB",
+    "BLOB_PREFIX",
     "ENTRY",
     "ENTRY_PREFIX",
     "ENTRY_SUFFIX",
@@ -50,8 +59,10 @@ __all__ = [
     "PACKED",
     "PACKED_PREFIX",
     "TOMBSTONE",
+    "IncompleteFrame",
     "Record",
     "ReplayedRollout",
+    "blob_record",
     "digest",
     "entry_record",
     "freeze_record",
@@ -62,16 +73,18 @@ __all__ = [
     "packed_record",
     "parse_record",
     "seal",
+    "parse_frame",
+    "parse_log",
     "tombstone_record",
 ]
 
-FORMAT: Final = 3
-"""The log format this module starts new logs in: checksummed lines, packed token arrays."""
+FORMAT: Final = 4
+"""The log format this module starts new logs in: checksummed lines, raw packed token arrays."""
 
-FORMATS: Final = (1, 2, 3)
+FORMATS: Final = (1, 2, 3, 4)
 """The log formats this module reads and appends to."""
 
-SEALED_FORMATS: Final = (2, 3)
+SEALED_FORMATS: Final = (2, 3, 4)
 """The log formats whose lines carry a checksum."""
 
 OPEN: Final = "open"
@@ -81,6 +94,7 @@ MARK: Final = "mark"
 FREEZE: Final = "freeze"
 TOMBSTONE: Final = "tombstone"
 PACKED: Final = "packed"
+BLOB: Final = "blob"
 
 ENTRY_PREFIX: Final = b'{"kind":"entry","call":'
 _ENTRY_FIELD: Final = ',"entry":'
@@ -88,6 +102,11 @@ ENTRY_SUFFIX: Final = b"}\n"
 PACKED_PREFIX: Final = b'{"kind":"packed","call":'
 _TOKENS_FIELD: Final = ',"tokens":"'
 _PACKED_ENTRY_FIELD: Final = b'","entry":'
+BLOB_PREFIX: Final = b'{"kind":"blob","call":'
+_SIZE_FIELD: Final = ',"size":'
+_SUM_FIELD: Final = b',"sum":"'
+_BLOB_ENTRY_FIELD: Final = b'","entry":'
+_DIGITS: Final = frozenset(b"0123456789")
 
 _CRC_FIELD: Final = b',"crc":"'
 _CRC_END: Final = b'"}\n'
@@ -128,9 +147,16 @@ def _unseal(line: bytes) -> bytes:
     return body + ENTRY_SUFFIX
 
 
-def digest(payload: bytes) -> bytes:
-    """Return the digest two payloads share exactly when their bytes are equal."""
-    return hashlib.blake2b(payload, digest_size=20).digest()
+def digest(*parts: bytes) -> bytes:
+    """Return the digest two sequences of parts share exactly when their bytes are equal.
+
+    The parts are hashed one after another, joined by a NUL byte, without copying them into one.
+    """
+    hasher = hashlib.sha256(parts[0])
+    for part in parts[1:]:
+        hasher.update(b"\0")
+        hasher.update(part)
+    return hasher.digest()
 
 
 @dataclass(frozen=True)
@@ -139,7 +165,8 @@ class Record:
 
     ``line`` is the record in format 1, without a checksum; :meth:`encode` gives the bytes a log
     of any format holds. An entry's ``payload`` is its JSON (all of it, or for a packed entry
-    the fields besides ``tokens``); ``payload_digest`` is its identity.
+    or a blob the fields besides ``tokens``); ``payload_digest`` is its identity. ``tokens`` is
+    the base64 of the packed arrays in a packed record, the packed arrays themselves in a blob.
     """
 
     kind: str
@@ -154,8 +181,19 @@ class Record:
     tokens: bytes = b""
 
     def encode(self, *, sealed: bool) -> bytes:
-        """Return the bytes of this record in a log whose lines are ``sealed`` (format 2) or not."""
+        """Return the bytes of this record in a log whose lines are ``sealed`` (format 2) or not.
+
+        A blob is its sealed line followed by its bytes; only a sealed log holds one.
+        """
+        if self.kind == BLOB:
+            if not sealed:
+                raise ValueError("a blob record belongs only in a log whose lines are sealed")
+            return seal(self.line) + self.tokens
         return seal(self.line) if sealed else self.line
+
+
+class IncompleteFrame(ValueError):
+    """The bytes end inside a record: a torn tail, once every earlier record was complete."""
 
 
 def _encode(fields: dict[str, Any]) -> bytes:
@@ -191,9 +229,27 @@ def packed_record(model_call_id: str, rest: bytes, tokens: bytes) -> Record:
     return _packed(line + ENTRY_SUFFIX, model_call_id, rest, tokens)
 
 
+def blob_record(model_call_id: str, rest: bytes, raw: bytes) -> Record:
+    """Return the record of a format 4 entry: ``rest`` its other fields, ``raw`` its arrays."""
+    call = json.dumps(model_call_id, ensure_ascii=True).encode("ascii")
+    line = b"%s%s%s%d%s%08x%s%s}\n" % (
+        BLOB_PREFIX,
+        call,
+        _SIZE_FIELD.encode("ascii"),
+        len(raw),
+        _SUM_FIELD,
+        zlib.crc32(raw),
+        _BLOB_ENTRY_FIELD,
+        rest,
+    )
+    return Record(
+        BLOB, line, call=model_call_id, payload=rest, payload_digest=digest(raw, rest), tokens=raw
+    )
+
+
 def _packed(line: bytes, call: str, rest: bytes, tokens: bytes, *, identify: bool = True) -> Record:
     # Base64 never holds a NUL, so the identity cannot be split between the parts another way.
-    identity = digest(b"\0".join((tokens, rest))) if identify else b""
+    identity = digest(tokens, rest) if identify else b""
     return Record(PACKED, line, call=call, payload=rest, payload_digest=identity, tokens=tokens)
 
 
@@ -270,6 +326,73 @@ def _parse_packed(line: bytes, identify: bool) -> Record:
     return _packed(line, call, rest, tokens, identify=identify)
 
 
+def _parse_blob_line(line: bytes) -> tuple[str, int, int, bytes]:
+    """Return the call, size, checksum and other fields a blob's (unsealed) line names."""
+    call, start = _parse_call(line, BLOB_PREFIX, _SIZE_FIELD)
+    end = line.find(_SUM_FIELD, start)
+    digits = line[start:end] if end >= 0 else b""
+    if not digits or not _DIGITS.issuperset(digits) or (len(digits) > 1 and digits[0] == 48):
+        raise ValueError("a blob record must give its size as a decimal number")
+    hex_start = end + len(_SUM_FIELD)
+    checksum = line[hex_start : hex_start + _CRC_DIGITS]
+    if len(checksum) != _CRC_DIGITS or not _HEX.issuperset(checksum):
+        raise ValueError("a blob record must give the checksum of its bytes as 8 hex digits")
+    if not line.startswith(_BLOB_ENTRY_FIELD, hex_start + _CRC_DIGITS):
+        raise ValueError('a blob record must hold its checksum followed by ","entry":')
+    rest = _entry_json(line, hex_start + _CRC_DIGITS + len(_BLOB_ENTRY_FIELD))
+    return call, int(digits), int(checksum, 16), rest
+
+
+def parse_frame(
+    data: bytes, start: int = 0, *, sealed: bool = True, blobs: bool = True, identify: bool = True
+) -> tuple[Record, int]:
+    """Parse the record at ``start`` of ``data``; return it and the offset where it ends.
+
+    A record is one line, and for a blob (``blobs``: a format 4 log) the bytes after it too.
+    Raises :class:`IncompleteFrame` if ``data`` ends inside the record, and ``ValueError``
+    saying what is wrong if it is damaged; a blob's line is verified before its size is
+    trusted, and its bytes against their checksum.
+    """
+    newline = data.find(b"\n", start)
+    if newline < 0:
+        raise IncompleteFrame("the bytes end inside a line")
+    line = data[start : newline + 1]
+    if not (blobs and line.startswith(BLOB_PREFIX)):
+        return parse_record(line, sealed=sealed, identify=identify), newline + 1
+    if not sealed:
+        raise ValueError("a blob record in a log whose lines carry no checksum")
+    plain = _unseal(line)
+    call, size, checksum, rest = _parse_blob_line(plain)
+    end = newline + 1 + size
+    if end > len(data):
+        raise IncompleteFrame(f"the bytes end inside the {size} bytes of a blob")
+    raw = data[newline + 1 : end]
+    if zlib.crc32(raw) != checksum:
+        raise ValueError(
+            "checksum mismatch: the bytes of the blob do not sum to what its line says; they "
+            "were damaged after they were written"
+        )
+    identity = digest(raw, rest) if identify else b""
+    record = Record(BLOB, plain, call=call, payload=rest, payload_digest=identity, tokens=raw)
+    return record, end
+
+
+def parse_log(data: bytes) -> list[Record]:
+    """Return every record of a whole log's ``data``, in order; raise what :func:`parse_frame` does.
+
+    The first line says whether lines carry checksums and, in its header, the log's format.
+    """
+    records: list[Record] = []
+    start = 0
+    sealed = has_checksum(data[: data.find(b"\n") + 1])
+    blobs = False
+    while start < len(data):
+        record, start = parse_frame(data, start, sealed=sealed, blobs=blobs)
+        blobs = blobs or (record.kind == OPEN and record.format >= 4)
+        records.append(record)
+    return records
+
+
 def parse_record(line: bytes, *, sealed: bool = True, identify: bool = True) -> Record:
     """Parse one complete line (its ``\\n`` included); raise ``ValueError`` saying what is wrong.
 
@@ -288,6 +411,8 @@ def parse_record(line: bytes, *, sealed: bool = True, identify: bool = True) -> 
         return _parse_entry(line, identify)
     if line.startswith(PACKED_PREFIX):
         return _parse_packed(line, identify)
+    if line.startswith(BLOB_PREFIX):
+        raise ValueError("a blob record is a line and its bytes; parse_frame reads it")
     try:
         fields = json.loads(line)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -321,7 +446,7 @@ def parse_record(line: bytes, *, sealed: bool = True, identify: bool = True) -> 
         if not isinstance(at, int | float) or isinstance(at, bool):
             raise ValueError(f"field 'at' must be a number, got {type(at).__name__}")
         return Record(TOMBSTONE, line, rollout_id=_string(fields, "rollout_id"), at=float(at))
-    if kind in (ENTRY, PACKED):
+    if kind in (ENTRY, PACKED, BLOB):
         raise ValueError(f"an {kind} record must start with its kind and call")
     raise ValueError(f"unknown record kind {kind!r}")
 
@@ -385,9 +510,11 @@ class ReplayedRollout:
                 self.retired_at = record.at
         elif not self.epoch:
             raise ValueError(f"a {record.kind!r} record comes before the 'open' header")
-        elif record.kind in (ENTRY, PACKED):
+        elif record.kind in (ENTRY, PACKED, BLOB):
             if record.kind == PACKED and self.format < 3:
                 raise ValueError(f"a packed record in a format {self.format} log")
+            if record.kind == BLOB and self.format < 4:
+                raise ValueError(f"a blob record in a format {self.format} log")
             known = self.digests.get(record.call)
             if known is None:
                 self.digests[record.call] = record.payload_digest

@@ -9,6 +9,7 @@ again later without blocking other rollouts.
 
 from __future__ import annotations
 
+import base64
 import logging
 import math
 import os
@@ -30,6 +31,7 @@ from reference._file_log import (
 from reference._file_packed import CheckedEntry
 from reference._file_records import (
     Record,
+    blob_record,
     entry_record,
     freeze_record,
     intent_record,
@@ -180,7 +182,7 @@ class LogDirectory:
             added: dict[str, bytes] = {}
             outcomes: list[Exception | None] = []
             for call, payload in items:
-                record = _entry_record(call, payload, packed=state.format >= 3)
+                record = _entry_record(call, payload, log_format=state.format)
                 known = state.digests.get(call) or added.get(call)
                 if known is not None:
                     if known == record.payload_digest:
@@ -348,12 +350,15 @@ class LogDirectory:
         return removed
 
 
-def _entry_record(call: str, payload: bytes | CheckedEntry, *, packed: bool) -> Record:
-    """Return the record of one entry in the form a log of that format keeps it in."""
+def _entry_record(call: str, payload: bytes | CheckedEntry, *, log_format: int) -> Record:
+    """Return the record of one entry in the form a log of ``log_format`` keeps it in."""
     if isinstance(payload, bytes):
         return entry_record(call, payload)
-    if packed and payload.packed is not None:
-        return packed_record(call, *payload.packed)
+    if payload.packed is not None and log_format >= 3:
+        rest, raw = payload.packed
+        if log_format >= 4:
+            return blob_record(call, rest, raw)
+        return packed_record(call, rest, base64.b64encode(raw))
     return entry_record(call, payload.json_bytes())
 
 

@@ -32,7 +32,7 @@ from multiprocessing.connection import Connection
 
 from reference import _file_log
 from reference._file_log import log_name
-from reference._file_records import ENTRY, PACKED, parse_record
+from reference._file_records import BLOB, ENTRY, PACKED, IncompleteFrame, parse_log
 from reference.file_store import FileTokenStore
 from tokcap_spec.records import MAX_TOKEN_ID, TokenEntry
 
@@ -245,7 +245,11 @@ def _has_torn_tail(root: str, rollout_id: str) -> bool:
         return False
     with open(path, "rb") as handle:
         data = handle.read()
-    return bool(data) and not data.endswith(b"\n")
+    try:
+        parse_log(data)
+    except IncompleteFrame:
+        return True
+    return False
 
 
 def verify_store(
@@ -306,8 +310,8 @@ def verify_store(
 def _entry_lines(root: str, rollout_id: str) -> Counter[str]:
     """Count entry records per call id in the log, before any drop replaces it."""
     with open(os.path.join(root, log_name(rollout_id)), "rb") as handle:
-        lines = handle.read().splitlines(keepends=True)
-    return Counter(r.call for r in map(parse_record, lines) if r.kind in (ENTRY, PACKED))
+        records = parse_log(handle.read())
+    return Counter(r.call for r in records if r.kind in (ENTRY, PACKED, BLOB))
 
 
 def _plans(rng: random.Random, seed: int, generation: int, workers: int) -> list[WriterPlan]:

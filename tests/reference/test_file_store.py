@@ -612,9 +612,10 @@ class TestCrashSafety:
         for call in ("a", "b", "c"):
             run(store.put(entry("r", call)))
         log = root / log_name("r")
-        lines = log.read_bytes().split(b"\n")
-        lines[2] = lines[2][:10] + b"\xff garbage"
-        log.write_bytes(b"\n".join(lines))
+        damaged = bytearray(log.read_bytes())
+        at = damaged.index(b'"call":"b"')
+        damaged[at : at + 9] = b"\xff garbage"
+        log.write_bytes(bytes(damaged))
         with pytest.raises(CorruptStoreError, match=rf"{log_name('r')}: line 3 "):
             fresh_freeze(root, "r")
 

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reference._file_log import log_name
-from reference._file_records import seal
+from reference._file_records import OPEN, parse_frame, seal
 from reference.file_store import FileTokenStore
 from tokcap_spec.errors import (
     CorruptStoreError,
@@ -97,15 +97,19 @@ def outcome(root: str | Path) -> TokenCaptureSnapshot | TokenCaptureError:
         return exc
 
 
-FORMAT_2_HEADER = seal(b'{"epoch":"e2","format":2,"kind":"open","rollout_id":"fuzzed"}\n')
-"""The first line of a log begun in format 2; the store appends to it in format 2."""
+def older_header(log_format: int) -> bytes:
+    """The first line of a log begun in an older format; the store appends to it in that format."""
+    return seal(
+        b'{"epoch":"e%d","format":%d,"kind":"open","rollout_id":"fuzzed"}\n'
+        % (log_format, log_format)
+    )
 
 
-def write_log(root: str | Path, log_format: int = 3) -> bytes:
-    """Put one entry per call (one line each) in a log of ``log_format``; return its bytes."""
-    if log_format == 2:
+def write_log(root: str | Path, log_format: int = 4) -> bytes:
+    """Put one entry per call (one record each) in a log of ``log_format``; return its bytes."""
+    if log_format < 4:
         os.makedirs(root, exist_ok=True)
-        (Path(root) / log_name(ROLLOUT)).write_bytes(FORMAT_2_HEADER)
+        (Path(root) / log_name(ROLLOUT)).write_bytes(older_header(log_format))
 
     async def fill() -> None:
         store = FileTokenStore(root)
@@ -117,11 +121,12 @@ def write_log(root: str | Path, log_format: int = 3) -> bytes:
     return (Path(root) / log_name(ROLLOUT)).read_bytes()
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=["format2", "format3"])
+@pytest.fixture(scope="module", params=[2, 3, 4], ids=["format2", "format3", "format4"])
 def pristine(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> bytes:
     """A log of four entries, in each format the store appends to with checksums."""
     data = write_log(tmp_path_factory.mktemp("pristine"), request.param)
     assert (b'"kind":"packed"' in data) == (request.param == 3)
+    assert (b'"kind":"blob"' in data) == (request.param == 4)
     return data
 
 
@@ -143,8 +148,29 @@ def scratch() -> Iterator[Callable[[bytes], str]]:
         yield plant
 
 
-def line_ends(data: bytes) -> list[int]:
-    return [index + 1 for index, byte in enumerate(data) if byte == ord("\n")]
+def frames(data: bytes) -> list[tuple[int, int]]:
+    """Return where each record of an undamaged log starts and ends (a blob's bytes included)."""
+    spans: list[tuple[int, int]] = []
+    start, blobs = 0, False
+    while start < len(data):
+        record, end = parse_frame(data, start, blobs=blobs)
+        blobs = blobs or (record.kind == OPEN and record.format >= 4)
+        spans.append((start, end))
+        start = end
+    return spans
+
+
+def record_ends(data: bytes) -> list[int]:
+    return [end for _, end in frames(data)]
+
+
+def last_line_end(data: bytes) -> int:
+    """The offset of the newline that ends the last record's line: flipped, the record looks torn.
+
+    That is the log's last byte, unless the last record is a blob, whose bytes follow its line.
+    """
+    start, _ = frames(data)[-1]
+    return data.index(b"\n", start)
 
 
 class TestTruncated:
@@ -155,19 +181,20 @@ class TestTruncated:
     ) -> None:
         """A log cut at any byte freezes clean, holding exactly the entries whose lines survive."""
         cut = round(fraction * len(pristine))
-        survivors = sum(end <= cut for end in line_ends(pristine))
+        survivors = sum(end <= cut for end in record_ends(pristine))
         expected = {call: ORIGINAL[call] for call in CALLS[: max(0, survivors - 1)]}
         snapshot = fresh_freeze(scratch(pristine[:cut]))
         assert payloads(snapshot) == expected
         assert not snapshot.incomplete
         assert snapshot.version == len(expected)
 
+    @pytest.mark.parametrize("log_format", [3, 4])
     def test_a_packed_log_cut_at_every_offset_freezes_to_the_records_before_the_cut(
-        self, scratch: Callable[[bytes], str], tmp_path: Path
+        self, scratch: Callable[[bytes], str], tmp_path: Path, log_format: int
     ) -> None:
-        """Every cut of a format 3 log freezes clean to exactly the entries before the cut."""
-        data = write_log(tmp_path, 3)
-        ends = line_ends(data)
+        """Every cut of a format 3 or 4 log freezes clean to exactly the entries before the cut."""
+        data = write_log(tmp_path, log_format)
+        ends = record_ends(data)
         for cut in range(len(data) + 1):
             survivors = sum(end <= cut for end in ends)
             expected = {call: ORIGINAL[call] for call in CALLS[: max(0, survivors - 1)]}
@@ -181,17 +208,18 @@ class TestBitFlips:
     def test_a_flipped_bit_raises_a_typed_error_or_keeps_every_call(
         self, pristine: bytes, scratch: Callable[[bytes], str], data: st.DataObject
     ) -> None:
-        """A flipped bit raises CorruptStoreError, or cuts the last line if it was its newline.
+        """A flipped bit raises CorruptStoreError, or cuts the last record if it was its newline.
 
-        Never a snapshot that holds a changed payload: every line carries a checksum.
+        Never a snapshot that holds a changed payload: every line and every blob carries a
+        checksum. A blob's bytes may hold a newline, which the flipped one's line then ends at:
+        that line fails its checksum.
         """
         offset = data.draw(st.integers(0, len(pristine) - 1), label="offset")
         bit = data.draw(st.integers(0, 7), label="bit")
         damaged = bytearray(pristine)
         damaged[offset] ^= 1 << bit
         result = outcome(scratch(bytes(damaged)))
-        if offset == len(pristine) - 1:
-            assert isinstance(result, TokenCaptureSnapshot)
+        if offset == last_line_end(pristine) and isinstance(result, TokenCaptureSnapshot):
             assert payloads(result) == {call: ORIGINAL[call] for call in CALLS[:-1]}
         else:
             assert isinstance(result, CorruptStoreError)
@@ -199,9 +227,9 @@ class TestBitFlips:
     def test_every_single_bit_flip_is_caught(
         self, pristine: bytes, scratch: Callable[[bytes], str]
     ) -> None:
-        """Each bit of the log, flipped alone, is refused (or, the last newline, cut)."""
-        last = len(pristine) - 1
-        for offset in range(0, last, 7):
+        """Each bit of the log, flipped alone, is refused (or, the last line's newline, cut)."""
+        last = last_line_end(pristine)
+        for offset in (*range(0, last, 7), *range(last + 1, len(pristine), 7)):
             for bit in range(8):
                 damaged = bytearray(pristine)
                 damaged[offset] ^= 1 << bit
@@ -219,13 +247,18 @@ class TestBitFlips:
         with pytest.raises(CorruptStoreError, match=r"line 2 .*checksum mismatch"):
             fresh_freeze(scratch(bytes(damaged)))
 
+    @pytest.mark.parametrize("log_format", [3, 4])
     def test_every_bit_of_packed_tokens_flipped_alone_is_detected(
-        self, scratch: Callable[[bytes], str], tmp_path: Path
+        self, scratch: Callable[[bytes], str], tmp_path: Path, log_format: int
     ) -> None:
-        """Each bit of a packed entry's tokens, flipped alone, fails the line's checksum."""
-        pristine = write_log(tmp_path, 3)
-        start = pristine.index(b'"tokens":"') + len(b'"tokens":"')
-        end = pristine.index(b'"', start)
+        """Each bit of a packed entry's tokens, flipped alone, fails its line's or blob's sum."""
+        pristine = write_log(tmp_path, log_format)
+        if log_format == 3:
+            start = pristine.index(b'"tokens":"') + len(b'"tokens":"')
+            end = pristine.index(b'"', start)
+        else:
+            first, end = frames(pristine)[1]
+            start = pristine.index(b"\n", first) + 1
         for offset in range(start, end):
             for bit in range(8):
                 damaged = bytearray(pristine)
@@ -269,10 +302,10 @@ class TestForeignJson:
     def test_a_foreign_line_before_the_tail_never_escapes_untyped(
         self, pristine: bytes, scratch: Callable[[bytes], str], value: Any
     ) -> None:
-        """A foreign JSON line before the last one raises a typed error or loses no entry."""
-        lines = pristine.splitlines(keepends=True)
+        """A foreign JSON line before the last record raises a typed error or loses no entry."""
+        last, _ = frames(pristine)[-1]
         foreign = json.dumps(value).encode() + b"\n"
-        result = outcome(scratch(b"".join([*lines[:-1], foreign, lines[-1]])))
+        result = outcome(scratch(pristine[:last] + foreign + pristine[last:]))
         if isinstance(result, TokenCaptureError):
             return
         assert payloads(result) == ORIGINAL

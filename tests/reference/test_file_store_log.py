@@ -297,7 +297,7 @@ class TestRefusal:
 
 class TestFormats:
     def test_a_new_log_is_sealed_line_by_line(self, make: MakeLog, tmp_path: Path) -> None:
-        """Every line a new log gets, header included, carries its checksum (format 3)."""
+        """Every line a new log gets, header included, carries its checksum (format 4)."""
         log = make()
         write(log, "a")
         with log.locked(create=False):
@@ -305,7 +305,7 @@ class TestFormats:
         lines = (tmp_path / log.name).read_bytes().splitlines(keepends=True)
         assert len(lines) == 4
         assert lines[0].startswith(b'{"epoch":')
-        assert b'"format":3' in lines[0]
+        assert b'"format":4' in lines[0]
         assert all(line == seal(line[: -len(b',"crc":"01234567"}\n')] + b"}\n") for line in lines)
 
     def test_a_format_1_log_is_read_and_stays_in_format_1(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import enum
 import struct
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -14,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference._file_log import log_name
-from reference._file_packed import check_entry, unpack_entry
-from reference._file_records import packed_record, seal
+from reference._file_packed import check_entry, unpack_base64_entry, unpack_entry
+from reference._file_records import blob_record, packed_record, seal
 from reference.file_store import FileTokenStore
 from tokcap_spec.errors import ConflictingEntryError, CorruptStoreError
 from tokcap_spec.records import MAX_TOKEN_ID, TokenEntry
@@ -41,14 +42,49 @@ def entry(call: str = "c", **fields: Any) -> TokenEntry:
     return TokenEntry(**values)
 
 
+class Level(enum.IntEnum):
+    """An int subclass a framework might hand over as a token id."""
+
+    LOW = 5
+
+
+class Wide(int):
+    """Another int subclass."""
+
+
+class Precise(float):
+    """A float subclass a framework might hand over as a log prob."""
+
+
 ODD_IDS = st.one_of(
     st.integers(-3, 3),
-    st.sampled_from([MAX_TOKEN_ID, MAX_TOKEN_ID + 1, -(2**31), 2**40, True, 1.0, "1", None]),
+    st.integers(-(2**63), 2**63),
+    st.sampled_from(
+        [
+            MAX_TOKEN_ID,
+            MAX_TOKEN_ID + 1,
+            -(2**31),
+            2**40,
+            True,
+            False,
+            1.0,
+            "1",
+            None,
+            Level.LOW,
+            Wide(7),
+            Wide(-7),
+            [1],
+            b"1",
+        ]
+    ),
 )
 ODD_PROBS = st.one_of(
     st.floats(width=64),
-    st.sampled_from([1, 0, True, "x", None, float("nan"), -0.0]),
+    st.sampled_from(
+        [1, 0, True, "x", None, float("nan"), -0.0, Precise(-1.5), Precise("nan"), [1.0], 2**70]
+    ),
 )
+ODD_ARRAYS = st.one_of(st.lists(ODD_IDS, max_size=4), st.lists(ODD_IDS, max_size=4).map(tuple))
 
 
 @pytest.fixture
@@ -92,11 +128,13 @@ class TestPacking:
         assert packed is not None
         assert unpack_entry(*packed).to_json_bytes() == original.to_json_bytes()
 
-    @settings(max_examples=200, deadline=None, derandomize=True)
+    @settings(max_examples=600, deadline=None, derandomize=True)
     @given(
-        prompt=st.lists(ODD_IDS, max_size=4),
-        generated=st.lists(ODD_IDS, max_size=4),
-        probs=st.lists(ODD_PROBS, max_size=4),
+        prompt=ODD_ARRAYS,
+        generated=ODD_ARRAYS,
+        probs=st.one_of(
+            st.lists(ODD_PROBS, max_size=4), st.lists(ODD_PROBS, max_size=4).map(tuple)
+        ),
     )
     def test_accepts_exactly_what_checked_json_bytes_accepts(
         self, prompt: list[Any], generated: list[Any], probs: list[Any]
@@ -144,10 +182,18 @@ class TestPacking:
         """Packed arrays the record rules forbid raise ValueError instead of an entry."""
         packed = check_entry(entry()).packed
         assert packed is not None
-        rest, tokens = packed
-        damaged = base64.b64encode(damage(base64.b64decode(tokens)))
+        rest, raw = packed
         with pytest.raises(ValueError, match=message):
-            unpack_entry(rest, damaged)
+            unpack_entry(rest, damage(raw))
+        with pytest.raises(ValueError, match=message):
+            unpack_base64_entry(rest, base64.b64encode(damage(raw)))
+
+    def test_format_3_tokens_that_are_not_base64_are_refused(self) -> None:
+        """The tokens of a format 3 record must be base64."""
+        packed = check_entry(entry()).packed
+        assert packed is not None
+        with pytest.raises(ValueError, match="not base64"):
+            unpack_base64_entry(packed[0], b"!!!!")
 
     def test_fields_that_repeat_an_array_are_refused(self) -> None:
         """The JSON part of a packed entry may not carry an array of its own."""
@@ -158,22 +204,48 @@ class TestPacking:
             unpack_entry(rest, packed[1])
 
 
-class TestStoreInFormat3:
-    def test_a_new_log_packs_its_entries(self, store: FileTokenStore) -> None:
-        """A new log says format 3 and keeps an entry's arrays as packed tokens."""
+FORMAT_3_HEADER = seal(b'{"epoch":"three","format":3,"kind":"open","rollout_id":"r"}\n')
+PACKED_FORMATS = pytest.mark.parametrize("header", [b"", FORMAT_3_HEADER], ids=["4", "3"])
+"""A new log (format 4, blobs) and one begun in format 3 (base64 packed records)."""
+
+
+def begin(store: FileTokenStore, header: bytes) -> None:
+    """Start the log of rollout ``r`` with ``header``, or leave it to the store if empty."""
+    if header:
+        (Path(store.root) / log_name("r")).write_bytes(header)
+
+
+class TestStoreInFormat4:
+    def test_a_new_log_keeps_its_entries_arrays_as_bytes(self, store: FileTokenStore) -> None:
+        """A new log says format 4 and keeps an entry's arrays as raw bytes after its line."""
         run(store.put(entry()))
         data = log_of(store)
-        assert b'"format":3' in data.splitlines()[0]
-        assert b'"kind":"packed"' in data
+        assert b'"format":4' in data.splitlines()[0]
+        assert b'"kind":"blob"' in data
         assert b"-Infinity" not in data
+        raw = check_entry(entry()).packed
+        assert raw is not None
+        assert data.endswith(raw[1])
         assert freeze_payloads(store) == [entry().to_json_bytes()]
 
-    def test_an_identical_reput_is_a_no_op(self, store: FileTokenStore) -> None:
+    def test_a_format_3_log_is_appended_to_in_format_3(self, store: FileTokenStore) -> None:
+        """A log begun in format 3 gets base64 packed records and freezes as before."""
+        begin(store, FORMAT_3_HEADER)
+        run(store.put(entry("a")))
+        run(store.put(entry("b")))
+        data = log_of(store)
+        assert data.count(b'"kind":"packed"') == 2
+        assert b'"kind":"blob"' not in data
+        assert freeze_payloads(store) == [entry("a").to_json_bytes(), entry("b").to_json_bytes()]
+
+    @PACKED_FORMATS
+    def test_an_identical_reput_is_a_no_op(self, store: FileTokenStore, header: bytes) -> None:
         """Re-putting equal values, even as float subclass instances, changes nothing."""
 
         class Precise(float):
             pass
 
+        begin(store, header)
         run(store.put(entry()))
         before = log_of(store)
         probs = [Precise(p) for p in entry().generation_log_probs]
@@ -191,10 +263,12 @@ class TestStoreInFormat3:
         ],
         ids=["negative-zero-becomes-zero", "token-id", "int-log-prob", "metadata"],
     )
+    @PACKED_FORMATS
     def test_a_reput_differing_in_one_bit_conflicts(
-        self, store: FileTokenStore, change: dict[str, Any]
+        self, store: FileTokenStore, change: dict[str, Any], header: bytes
     ) -> None:
         """A re-put whose canonical bytes differ anywhere raises and marks the rollout."""
+        begin(store, header)
         run(store.put(entry()))
         with pytest.raises(ConflictingEntryError):
             run(store.put(entry().model_copy(update=change)))
@@ -231,9 +305,19 @@ class TestOlderFormats:
         """Lines of one log share its format; a packed entry in a format 2 log is not a record."""
         packed = check_entry(entry()).packed
         assert packed is not None
-        line = packed_record("c", *packed).encode(sealed=True)
+        line = packed_record("c", packed[0], base64.b64encode(packed[1])).encode(sealed=True)
         (Path(store.root) / log_name("r")).write_bytes(FORMAT_2_HEADER + line)
         with pytest.raises(CorruptStoreError, match=r"line 2 .*packed record in a format 2 log"):
+            run(store.freeze("r"))
+
+    @pytest.mark.parametrize("header", [FORMAT_2_HEADER, FORMAT_3_HEADER], ids=["2", "3"])
+    def test_a_blob_in_an_older_log_is_refused(self, store: FileTokenStore, header: bytes) -> None:
+        """A blob belongs only in a format 4 log; in an older one it is not a record."""
+        packed = check_entry(entry()).packed
+        assert packed is not None
+        record = blob_record("c", *packed).encode(sealed=True)
+        (Path(store.root) / log_name("r")).write_bytes(header + record)
+        with pytest.raises(CorruptStoreError, match=r"line 2 .*blob record"):
             run(store.freeze("r"))
 
 
@@ -255,7 +339,11 @@ class TestRecordsAsGymWritesThem:
         ["moe-trace-7", {"layer": [[1, 2], [3]]}, 3, [[0, 1], [2, 3], None, [4], "x"]],
         ids=["string", "mapping", "number", "ragged"],
     )
-    @pytest.mark.parametrize("header", [b"", FORMAT_2_HEADER, FORMAT_1_HEADER], ids=["3", "2", "1"])
+    @pytest.mark.parametrize(
+        "header",
+        [b"", FORMAT_3_HEADER, FORMAT_2_HEADER, FORMAT_1_HEADER],
+        ids=["4", "3", "2", "1"],
+    )
     def test_any_routed_experts_and_lineage_read_back_in_every_format(
         self, store: FileTokenStore, experts: Any, header: bytes
     ) -> None:
@@ -266,5 +354,6 @@ class TestRecordsAsGymWritesThem:
         run(store.put(written))
         run(store.put(written))
         assert freeze_payloads(store) == [written.to_json_bytes()]
-        packed_lines = log_of(store).count(b'"kind":"packed"')
-        assert packed_lines == (1 if not header else 0)
+        data = log_of(store)
+        assert data.count(b'"kind":"blob"') == (1 if not header else 0)
+        assert data.count(b'"kind":"packed"') == (1 if header == FORMAT_3_HEADER else 0)

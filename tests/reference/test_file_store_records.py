@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import zlib
 
@@ -9,6 +10,7 @@ import pytest
 
 from reference._file_packed import check_entry
 from reference._file_records import (
+    BLOB,
     ENTRY,
     FORMAT,
     FREEZE,
@@ -17,8 +19,10 @@ from reference._file_records import (
     OPEN,
     PACKED,
     TOMBSTONE,
+    IncompleteFrame,
     Record,
     ReplayedRollout,
+    blob_record,
     digest,
     entry_record,
     freeze_record,
@@ -27,6 +31,8 @@ from reference._file_records import (
     mark_record,
     open_record,
     packed_record,
+    parse_frame,
+    parse_log,
     parse_record,
     seal,
     tombstone_record,
@@ -53,7 +59,7 @@ EVERY_KIND = pytest.mark.parametrize(
     [
         open_record("r", "e1"),
         entry_record("a\nb", PAYLOAD),
-        packed_record("a\nb", *PACKED_ENTRY),
+        packed_record("a\nb", PACKED_ENTRY[0], base64.b64encode(PACKED_ENTRY[1])),
         intent_record("x\n\"y'"),
         mark_record("", "mark_incomplete"),
         freeze_record(),
@@ -71,8 +77,8 @@ class TestEncoding:
     ) -> None:
         """Each record encodes to one newline-terminated JSON object and parses to itself.
 
-        The one exception: a header is always written sealed, and says format 3, so without its
-        checksum it is refused.
+        The one exception: a header is always written sealed, and says format 4, so without its
+        checksum it is refused. (A blob is a line and bytes: see TestBlob.)
         """
         line = record.encode(sealed=sealed)
         assert line.count(b"\n") == 1
@@ -86,7 +92,7 @@ class TestEncoding:
 
     @EVERY_KIND
     def test_a_sealed_line_ends_with_the_crc_of_what_precedes_it(self, record: Record) -> None:
-        """Formats 2 and 3 append the CRC-32 of the line's bytes before the field, as hex."""
+        """Formats 2 to 4 append the CRC-32 of the line's bytes before the field, as hex."""
         line = record.encode(sealed=True)
         body, field, rest = line.rpartition(b',"crc":"')
         assert field
@@ -94,9 +100,9 @@ class TestEncoding:
         assert json.loads(line)["crc"] == rest[:8].decode()
 
     def test_a_new_header_says_the_current_format(self) -> None:
-        """New logs start in format 3: checksummed lines and packed token arrays."""
-        assert FORMAT == 3
-        assert json.loads(open_record("r", "e").line)["format"] == 3
+        """New logs start in format 4: checksummed lines and token arrays as raw bytes."""
+        assert FORMAT == 4
+        assert json.loads(open_record("r", "e").line)["format"] == 4
 
     def test_an_entry_line_is_valid_json(self) -> None:
         """An entry line parses as JSON holding the call id and the entry itself."""
@@ -131,30 +137,41 @@ class TestFirstLine:
     @pytest.mark.parametrize(
         ("line", "reason"),
         [
-            (open_record("r", "e").line, "log format 3 .*without a checksum must say format 1"),
+            (open_record("r", "e").line, "log format 4 .*without a checksum must say format 1"),
+            (
+                b'{"epoch":"e","format":3,"kind":"open","rollout_id":"r"}\n',
+                "log format 3 .*without a checksum must say format 1",
+            ),
             (
                 b'{"epoch":"e","format":2,"kind":"open","rollout_id":"r"}\n',
                 "log format 2 .*without a checksum must say format 1",
             ),
             (
                 seal(b'{"epoch":"e","format":1,"kind":"open","rollout_id":"r"}\n'),
-                "log format 1 .*with a checksum must say format 2 or 3",
+                "log format 1 .*with a checksum must say format 2 or 3 or 4",
             ),
             (
-                seal(b'{"epoch":"e","format":4,"kind":"open","rollout_id":"r"}\n'),
-                "log format 4 is not one this reader knows .*formats 1, 2, 3",
+                seal(b'{"epoch":"e","format":5,"kind":"open","rollout_id":"r"}\n'),
+                "log format 5 is not one this reader knows .*formats 1, 2, 3, 4",
             ),
             (
                 seal(b'{"epoch":"e","format":true,"kind":"open","rollout_id":"r"}\n'),
                 "log format True is not one",
             ),
         ],
-        ids=["format-3-unsealed", "format-2-unsealed", "format-1-sealed", "format-4", "bool"],
+        ids=[
+            "format-4-unsealed",
+            "format-3-unsealed",
+            "format-2-unsealed",
+            "format-1-sealed",
+            "format-5",
+            "bool",
+        ],
     )
     def test_a_header_whose_format_and_checksum_disagree_is_refused(
         self, line: bytes, reason: str
     ) -> None:
-        """A format 2 or 3 header without its checksum, or a format 1 one with one, is refused."""
+        """A format 2 to 4 header without its checksum, or a format 1 one with one, is refused."""
         with pytest.raises(ValueError, match=reason):
             parse_record(line, sealed=has_checksum(line))
 
@@ -167,7 +184,8 @@ class TestParsing:
             (b"not json\n", "not JSON"),
             (b"[1]\n", "JSON object"),
             (b'{"kind":"teleport"}\n', "unknown record kind 'teleport'"),
-            (b'{"epoch":"e","format":4,"kind":"open","rollout_id":"r"}\n', "log format 4"),
+            (b'{"epoch":"e","format":5,"kind":"open","rollout_id":"r"}\n', "log format 5"),
+            (b'{"kind":"blob","call":"a","size":0,"sum":"00000000","entry":{}}\n', "parse_frame"),
             (b'{"call":1,"kind":"mark","reason":""}\n', "'call' must be a string, got int"),
             (b'{"kind":"entry","entry":{"x":1}}\n', "must start with"),
             (b'{"kind":"entry","call":1,"entry":{}}\n', "call as a JSON string"),
@@ -215,6 +233,96 @@ class TestParsing:
                 damaged[offset] ^= 1 << bit
                 with pytest.raises(ValueError, match=r"checksum|newline"):
                     parse_record(bytes(damaged))
+
+
+BLOB_RECORD = blob_record("a\nb", *PACKED_ENTRY)
+
+
+def frame(data: bytes) -> Record:
+    """Parse ``data`` as exactly one record of a format 4 log."""
+    record, end = parse_frame(data)
+    assert end == len(data)
+    return record
+
+
+class TestBlob:
+    def test_a_blob_is_its_sealed_line_and_then_its_bytes(self) -> None:
+        """The line names the size and CRC-32 of the bytes that follow it, and parses back."""
+        encoded = BLOB_RECORD.encode(sealed=True)
+        line, raw = encoded[: encoded.index(b"\n") + 1], encoded[encoded.index(b"\n") + 1 :]
+        assert raw == PACKED_ENTRY[1]
+        fields = json.loads(line)
+        assert fields["kind"] == BLOB
+        assert fields["call"] == "a\nb"
+        assert fields["size"] == len(raw)
+        assert fields["sum"] == f"{zlib.crc32(raw):08x}"
+        assert fields["entry"] == json.loads(PACKED_ENTRY[0])
+        assert frame(encoded) == BLOB_RECORD
+        assert BLOB_RECORD.payload_digest == digest(raw, PACKED_ENTRY[0])
+
+    def test_a_blob_is_never_written_without_checksums(self) -> None:
+        """Only a sealed (format 4) log holds blobs, and only parse_frame reads them."""
+        with pytest.raises(ValueError, match="sealed"):
+            BLOB_RECORD.encode(sealed=False)
+        encoded = BLOB_RECORD.encode(sealed=True)
+        with pytest.raises(ValueError, match="parse_frame"):
+            parse_record(encoded[: encoded.index(b"\n") + 1])
+
+    def test_a_blob_cut_anywhere_is_incomplete(self) -> None:
+        """Every prefix of a blob (its bytes may hold a newline) is an incomplete frame."""
+        encoded = BLOB_RECORD.encode(sealed=True) + b"\n\n"
+        for cut in range(len(encoded) - 2):
+            with pytest.raises(IncompleteFrame):
+                parse_frame(encoded[:cut])
+
+    def test_every_flipped_bit_of_a_blob_is_refused(self) -> None:
+        """Each bit flipped alone fails a checksum, or (the line's newline) looks unfinished."""
+        encoded = BLOB_RECORD.encode(sealed=True)
+        newline = encoded.index(b"\n")
+        for offset in range(len(encoded)):
+            for bit in range(8):
+                damaged = bytearray(encoded)
+                damaged[offset] ^= 1 << bit
+                if offset == newline:
+                    with pytest.raises(ValueError, match=r"checksum|inside"):
+                        parse_frame(bytes(damaged))
+                    continue
+                with pytest.raises(ValueError, match="checksum") as raised:
+                    parse_frame(bytes(damaged))
+                assert not isinstance(raised.value, IncompleteFrame), (offset, bit)
+
+    @pytest.mark.parametrize(
+        ("line", "reason"),
+        [
+            (b'{"kind":"blob","call":"a","size":x,"sum":"00000000","entry":{}}\n', "decimal"),
+            (b'{"kind":"blob","call":"a","size":01,"sum":"00000000","entry":{}}\n', "decimal"),
+            (b'{"kind":"blob","call":"a","size":-1,"sum":"00000000","entry":{}}\n', "decimal"),
+            (b'{"kind":"blob","call":"a","size":0,"sum":"0000000g","entry":{}}\n', "8 hex"),
+            (b'{"kind":"blob","call":"a","size":0,"sum":"00000000","entry":[]}\n', "JSON object"),
+            (b'{"kind":"blob","call":"a","size":0,"sum":"00000000"}\n', "followed by"),
+            (b'{"kind":"blob","call":1,"size":0,"sum":"00000000","entry":{}}\n', "JSON string"),
+            (b'{"kind":"blob","call":"a","size":0,"sum":"00000001","entry":{}}\n', "checksum"),
+        ],
+    )
+    def test_refuses_a_damaged_blob_line_saying_why(self, line: bytes, reason: str) -> None:
+        """A blob line that does not say its size, sum and fields exactly is refused."""
+        with pytest.raises(ValueError, match=reason):
+            parse_frame(seal(line))
+
+    def test_an_unsealed_blob_is_refused(self) -> None:
+        """A blob in a log whose lines carry no checksum is not a record."""
+        line = b'{"kind":"blob","call":"a","size":0,"sum":"00000000","entry":{}}\n'
+        with pytest.raises(ValueError, match="no checksum"):
+            parse_frame(line, sealed=False)
+
+    def test_parse_log_reads_blobs_only_after_a_format_4_header(self) -> None:
+        """A whole log parses record by record; in a format 3 log a blob is refused."""
+        header = open_record("r", "e1").encode(sealed=True)
+        body = BLOB_RECORD.encode(sealed=True) + freeze_record().encode(sealed=True)
+        assert [r.kind for r in parse_log(header + body)] == [OPEN, BLOB, FREEZE]
+        older = seal(b'{"epoch":"e","format":3,"kind":"open","rollout_id":"r"}\n')
+        with pytest.raises(ValueError, match="parse_frame"):
+            parse_log(older + body)
 
 
 class TestReplayedRollout:
