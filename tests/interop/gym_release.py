@@ -6,9 +6,10 @@ fetched with ``pip download`` for the interpreter it was released for, refused u
 sha256 is the pinned one, and kept in a cache folder, so a second run downloads nothing.
 
 Only ``nemo_gym.token_id_capture`` is unpacked, and of it only the modules the record, the
-protocols, the file store, the config block and ``run_conformance`` are made of. The package
-``__init__`` files of the release import Gym's server stack; they are replaced by empty
-stand-ins. Nothing unpacked ever lands in the checkout: the cache lives in pytest's cache dir.
+protocols, the file store, the config block, ``run_conformance`` and the staging records,
+digests and protocols are made of, and the staging golden vectors. The package ``__init__``
+files of the release import Gym's server stack; they are replaced by empty stand-ins. Nothing
+unpacked ever lands in the checkout: the cache lives in pytest's cache dir.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 __all__ = [
     "CONSTRAINTS",
+    "DATA",
     "MODULES",
     "PYTHON_VERSION",
     "STAND_INS",
@@ -58,9 +60,14 @@ MODULES = (
     "sink.py",
     "staging/records.py",
     "staging/digest.py",
+    "staging/protocols.py",
 )
 """The modules of ``nemo_gym.token_id_capture`` unpacked: what its record, store, config,
-``run_conformance`` and capture path (``sink.py``) import, and nothing else."""
+``run_conformance``, capture path (``sink.py``) and staging protocols import, and nothing else."""
+
+DATA = ("staging/conformance/golden_vectors.json",)
+"""Files of ``nemo_gym.token_id_capture`` that are not modules, unpacked to be read: the
+digests the staging path publishes for fixed inputs."""
 
 STAND_INS = (
     "nemo_gym/__init__.py",
@@ -175,20 +182,21 @@ def fetch_wheel(pin: PinnedWheel, cache: Path, download: Download = pip_download
 
 
 def unpack(wheel: Path, pin: PinnedWheel, cache: Path) -> Path:
-    """Return a folder to put on ``sys.path`` holding the needed modules and the stand-ins.
+    """Return a folder to put on ``sys.path`` holding the needed modules, the data files and
+    the stand-ins.
 
     Unpacked once per pinned digest; a half-written folder from an interrupted run is redone.
     """
-    # The folder names what it holds, so a module added to MODULES is unpacked anew.
-    holds = hashlib.sha256("\n".join(MODULES).encode()).hexdigest()[:8]
+    # The folder names what it holds, so a file added to MODULES or DATA is unpacked anew.
+    holds = hashlib.sha256("\n".join(MODULES + DATA).encode()).hexdigest()[:8]
     root = cache / f"unpacked-{pin.version}-{pin.sha256[:16]}-{holds}"
     with _exclusive(cache):
         if (root / ".complete").exists():
             return root
         shutil.rmtree(root, ignore_errors=True)
         with zipfile.ZipFile(wheel) as archive:
-            for module in MODULES:
-                member = f"{PACKAGE}/{module}"
+            for name in MODULES + DATA:
+                member = f"{PACKAGE}/{name}"
                 destination = root / member
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 destination.write_bytes(archive.read(member))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from interop.gym_release import (
+    DATA,
     MODULES,
     STAND_INS,
     PinnedWheel,
@@ -93,10 +94,12 @@ def test_an_unpinned_distribution_is_refused(tmp_path: Path) -> None:
 def test_only_the_capture_modules_are_unpacked(
     gym_wheel: Path, gym_pin: PinnedWheel, tmp_path: Path
 ) -> None:
-    """Unpacking writes the needed capture modules and empty stand-ins, nothing else."""
+    """Unpacking writes the needed capture modules and data files and empty stand-ins, and
+    nothing else but the marker saying it is complete."""
     root = unpack(gym_wheel, gym_pin, tmp_path)
-    written = {path.relative_to(root).as_posix() for path in root.rglob("*.py") if path.is_file()}
-    assert written == {f"nemo_gym/token_id_capture/{m}" for m in MODULES} | set(STAND_INS)
+    written = {path.relative_to(root).as_posix() for path in root.rglob("*") if path.is_file()}
+    needed = {f"nemo_gym/token_id_capture/{name}" for name in MODULES + DATA}
+    assert written == needed | set(STAND_INS) | {".complete"}
     for stand_in in STAND_INS:
         body = ast.parse((root / stand_in).read_text(encoding="utf-8")).body
         assert [type(node) for node in body] == [ast.Expr], stand_in
