@@ -64,6 +64,8 @@ SHAPES = ("small", "large", "mixed")
 class Sink(Protocol):
     """What the benchmark needs of a store."""
 
+    async def begin_call(self, rollout_id: str, model_call_id: str) -> None: ...
+
     async def put(self, entry: TokenEntry) -> None: ...
 
     async def close(self) -> None: ...
@@ -110,12 +112,17 @@ def packed(entry: TokenEntry) -> bytes:
 
 @dataclass(frozen=True)
 class PutPlan:
-    """The puts of one cell: ``rollouts`` rollouts of ``per_rollout`` entries each."""
+    """The puts of one cell: ``rollouts`` rollouts of ``per_rollout`` entries each.
+
+    With ``announce`` each call is first announced with ``begin_call`` and then put, as NeMo
+    Gym's capture path does (two durable writes a call); without it, only put.
+    """
 
     shape: str
     rollouts: int
     per_rollout: int
     tag: str
+    announce: bool = False
 
     def batches(self) -> list[list[TokenEntry]]:
         """Return each rollout's entries, in the order its one coroutine puts them."""
@@ -135,8 +142,16 @@ class PutPlan:
         return self.rollouts * self.per_rollout
 
 
-def disk_floor(root: str, batches: Sequence[Sequence[TokenEntry]]) -> float:
-    """Append every entry's packed bytes with ``fdatasync``; return the wall seconds taken."""
+INTENT_BYTES = 64
+
+
+def disk_floor(
+    root: str, batches: Sequence[Sequence[TokenEntry]], *, announce: bool = False
+) -> float:
+    """Append every entry's packed bytes with ``fdatasync``; return the wall seconds taken.
+
+    With ``announce`` each entry is preceded by an intent of 64 bytes, synced on its own.
+    """
     blobs = [[packed(e) for e in batch] for batch in batches]
     threads = min(len(blobs), FLOOR_THREADS)
     go = threading.Barrier(threads + 1)
@@ -149,6 +164,9 @@ def disk_floor(root: str, batches: Sequence[Sequence[TokenEntry]]) -> float:
         for index in range(max(len(blobs[r]) for r in mine)):
             for r in mine:
                 if index < len(blobs[r]):
+                    if announce:
+                        os.write(fds[r], b"i" * INTENT_BYTES)
+                        os.fdatasync(fds[r])
                     os.write(fds[r], blobs[r][index])
                     os.fdatasync(fds[r])
         for fd in fds.values():
@@ -185,7 +203,32 @@ class SqliteTokenStore:
             "CREATE TABLE IF NOT EXISTS rollouts (rollout_id TEXT PRIMARY KEY, "
             "frozen INTEGER DEFAULT 0, marked INTEGER DEFAULT 0, version INTEGER DEFAULT 0)"
         )
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS intents (rollout_id TEXT, call_id TEXT, "
+            "PRIMARY KEY (rollout_id, call_id))"
+        )
         self._lock = threading.Lock()
+
+    async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
+        """Durably announce a call; a known one is a no-op, a new one after freeze raises."""
+        await asyncio.to_thread(self._begin_call, (rollout_id, model_call_id))
+
+    def _begin_call(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                frozen = db.execute(
+                    "SELECT frozen FROM rollouts WHERE rollout_id = ?", key[:1]
+                ).fetchone()
+                if frozen is not None and frozen[0]:
+                    db.execute("ROLLBACK")
+                    raise RolloutFrozenError.for_call(*key)
+                db.execute("INSERT OR IGNORE INTO intents VALUES (?, ?)", key)
+                db.execute("COMMIT")
+            except sqlite3.Error:
+                db.execute("ROLLBACK")
+                raise
 
     async def put(self, entry: TokenEntry) -> None:
         """Store ``entry`` durably; see the class promises."""
@@ -255,11 +298,16 @@ def entries_for(kind: str, batches: list[list[TokenEntry]]) -> list[list[Any]]:
     return [list(batch) for batch in batches]
 
 
-async def put_all(sink: Sink, batches: Sequence[Sequence[Any]]) -> float:
-    """Run one coroutine per rollout, each putting its entries in turn; return wall seconds."""
+async def put_all(sink: Sink, batches: Sequence[Sequence[Any]], announce: bool = False) -> float:
+    """Run one coroutine per rollout, each putting its entries in turn; return wall seconds.
+
+    With ``announce`` each entry's call is announced with ``begin_call`` right before its put.
+    """
 
     async def one(batch: Sequence[Any]) -> None:
         for each in batch:
+            if announce:
+                await sink.begin_call(each.rollout_id, each.model_call_id)
             await sink.put(each)
 
     started = time.perf_counter()
@@ -274,7 +322,7 @@ def in_process(kind: str, root: str, workload: PutPlan) -> float:
     async def timed() -> float:
         sink = open_sink(kind, root)
         try:
-            return await put_all(sink, batches)
+            return await put_all(sink, batches, workload.announce)
         finally:
             await sink.close()
 
@@ -287,7 +335,7 @@ def _spawned_worker(kind: str, root: str, workload: PutPlan, go: Any) -> None:
     async def write() -> None:
         sink = open_sink(kind, root)
         go.wait()
-        await put_all(sink, batches)
+        await put_all(sink, batches, workload.announce)
         await sink.close()
 
     asyncio.run(write())
@@ -362,7 +410,7 @@ def measure_cell(root: str, workload: PutPlan, processes: int, rounds: int) -> C
             else:
                 seconds[kind].append(spawned(kind, root, tagged, processes))
         everything = [b for _ in range(processes) for b in tagged.batches()]
-        seconds["disk"].append(disk_floor(root, everything))
+        seconds["disk"].append(disk_floor(root, everything, announce=workload.announce))
         _forget_sqlite(root)
     medians = {kind: statistics.median(values) for kind, values in seconds.items()}
     return Cell(
@@ -386,34 +434,38 @@ def section_table(root: str, quick: bool) -> list[Cell]:
     totals = QUICK_PUTS_PER_CELL if quick else PUTS_PER_CELL
     rounds = 1 if quick else 3
     print(
-        "\n## 1. put throughput on the production workload (puts/s; medians of interleaved rounds)"
+        "\n## 1. put throughput on the production workload (calls/s; medians of interleaved rounds)"
     )
     print(
         "(disk = packed bytes + fdatasync, one thread per rollout up to 16; sqlite = WAL, "
-        "synchronous=FULL, one row per entry; gym = NeMo Gym 0.7.0's TokenCaptureStore)"
+        "synchronous=FULL, one row per entry; gym = NeMo Gym 0.7.0's TokenCaptureStore; "
+        "calls = put alone, or begin_call then put as Gym's capture path makes them)"
     )
     print(
-        f"| {'entries':7} | {'rollouts':>8} | {'procs':>5} | {'store':>9} | {'disk':>9} | "
-        f"{'sqlite':>9} | {'gym':>9} | {'vs disk':>7} | {'vs sqlite':>9} | {'vs gym':>7} | "
-        f"goals: >= {GYM_GOAL}x gym; one rollout >= {DISK_GOAL}x disk |"
+        f"| {'entries':7} | {'calls':9} | {'rollouts':>8} | {'procs':>5} | {'store':>9} | "
+        f"{'disk':>9} | {'sqlite':>9} | {'gym':>9} | {'vs disk':>7} | {'vs sqlite':>9} | "
+        f"{'vs gym':>7} | goals: >= {GYM_GOAL}x gym; one rollout >= {DISK_GOAL}x disk |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-    plan = [(shape, r, 1) for shape in SHAPES for r in (1, 32, 128)]
-    plan += [(shape, 8, p) for shape in SHAPES for p in (1, 4)]
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    plan = [(shape, r, 1, False) for shape in SHAPES for r in (1, 32, 128)]
+    plan += [(shape, 8, p, False) for shape in SHAPES for p in (1, 4)]
+    plan += [(shape, r, 1, True) for shape in SHAPES for r in (1, 32)]
     cells = []
-    for shape, rollouts, processes in plan:
+    for shape, rollouts, processes, announce in plan:
         per_rollout = max(1, totals[shape] // (rollouts * processes))
-        workload = PutPlan(shape, rollouts, per_rollout, f"{shape}-{rollouts}-{processes}")
+        tag = f"{shape}-{rollouts}-{processes}{'-announced' if announce else ''}"
+        workload = PutPlan(shape, rollouts, per_rollout, tag, announce)
         cell = measure_cell(root, workload, processes, rounds)
         cells.append(cell)
         store, disk, sqlite, gym = (
             cell.rate(s) for s in (cell.store, cell.disk, cell.sqlite, cell.gym)
         )
         met = store / gym >= GYM_GOAL and (rollouts > 1 or store / disk >= DISK_GOAL)
+        calls = "begin+put" if announce else "put"
         print(
-            f"| {shape:7} | {rollouts:>8} | {processes:>5} | {store:9.0f} | {disk:9.0f} | "
-            f"{sqlite:9.0f} | {gym:9.0f} | {store / disk:6.2f}x | {store / sqlite:8.2f}x | "
-            f"{store / gym:6.2f}x | {'met' if met else 'MISSED'} |",
+            f"| {shape:7} | {calls:9} | {rollouts:>8} | {processes:>5} | {store:9.0f} | "
+            f"{disk:9.0f} | {sqlite:9.0f} | {gym:9.0f} | {store / disk:6.2f}x | "
+            f"{store / sqlite:8.2f}x | {store / gym:6.2f}x | {'met' if met else 'MISSED'} |",
             flush=True,
         )
     return cells

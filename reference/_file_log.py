@@ -161,13 +161,26 @@ class RolloutLog:
         self._offset = 0
         self._size = 0
         self._replaced = False
+        # A new log whose first records await their sync on another thread stays locked until
+        # that sync has run (see :meth:`owe_sync`); a failed one cut them off: replay anew.
+        self._creating = False
+        self._stale = False
+
+    @property
+    def creating(self) -> bool:
+        """Whether the first records of this new log still await the sync of its name."""
+        return self._creating
 
     def close(self) -> None:
-        """Release the file descriptor; the next :meth:`locked` reopens the file."""
+        """Release the file descriptor; the next :meth:`locked` reopens the file.
+
+        A log whose creation sync is still owed keeps its lock: the sync releases it.
+        """
         if self._fd >= 0:
             # A forked child may share this open file; only an explicit unlock frees the lock.
-            with suppress(OSError):
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            if not self._creating:
+                with suppress(OSError):
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
             with suppress(OSError):
                 os.close(self._fd)
         self._fd = -1
@@ -195,7 +208,7 @@ class RolloutLog:
             if self._replaced:
                 self._replaced = False
                 self.close()
-            elif self._fd >= 0:
+            elif self._fd >= 0 and not self._creating:
                 with suppress(OSError):
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
 
@@ -220,6 +233,12 @@ class RolloutLog:
             pause = min(2 * pause, _LONGEST_WAIT)
 
     def _acquire(self, create: bool, wait: float) -> bool:
+        if self._creating:
+            # This open file holds the lock for the creation sync; flock would not refuse it.
+            raise RolloutLockBusy(self.rollout_id, self.path)
+        if self._stale:
+            self._stale = False
+            self.close()
         for _ in range(_REOPEN_LIMIT):
             if self._fd < 0 and not self._open(create):
                 return False
@@ -344,12 +363,14 @@ class RolloutLog:
         """Append ``records`` (the header first if the log has none) and replay them.
 
         Call only inside :meth:`locked`. With ``sync`` the records are durable on return. Without
-        it, they are written but the caller must call :meth:`sync_appended` after releasing the
-        lock, and treat them as not durable until that returns; then True says a sync is owed
-        (a new log's first records are always synced at once, with its directory entry, and
-        False says so). Syncing outside the lock lets processes appending to one rollout share
-        their syncs. On failure nothing is replayed, the bytes are cut off again where
-        possible, and :class:`StoreWriteError` is raised.
+        it, they are written and True is returned: a sync is owed, and the records are not
+        durable until it has run. The caller takes it with :meth:`owe_sync` (or, if that is
+        refused, runs :meth:`sync_appended` once the lock is released). Syncing outside the
+        lock lets processes appending to one rollout share their syncs. A new log's first
+        records owe a sync of its directory entry too, and the log stays locked until that has
+        run: nobody reads a record whose file name a crash could still lose. On failure nothing
+        is replayed, the bytes are cut off again where possible, and :class:`StoreWriteError` is
+        raised.
         """
         first = not self.state.opened
         if first:
@@ -357,13 +378,12 @@ class RolloutLog:
         # A new log is sealed (format 2); one begun in format 1 stays in format 1.
         sealed = first or self.state.sealed
         data = b"".join(record.encode(sealed=sealed) for record in records)
-        owed = not (sync or first)
         try:
             _write(self._fd, data, self._offset)
-            if not owed:
+            if sync:
                 _sync_data(self._fd)
-            if first:
-                sync_directory(self._dir_fd)
+                if first:
+                    sync_directory(self._dir_fd)
         except OSError as exc:
             with suppress(OSError):
                 os.ftruncate(self._fd, self._offset)
@@ -374,7 +394,8 @@ class RolloutLog:
         for record in records:
             self.state.apply(record)
         self._offset += len(data)
-        return owed
+        self._creating = first and not sync
+        return not sync
 
     def sync_appended(self) -> None:
         """Make what :meth:`append` wrote without ``sync`` durable; call after the lock is released.
@@ -386,14 +407,48 @@ class RolloutLog:
         """
         _sync_appended(self._fd, self.path)
 
-    def owe_sync(self) -> OwedSync:
+    def owe_sync(self) -> OwedSync | None:
         """Return the sync :meth:`append` without ``sync`` left owed, to take on any thread.
 
         It holds a descriptor of its own, so closing or reopening this log meanwhile does not
-        disturb it. Raises :class:`StoreWriteError` if no descriptor can be had.
+        disturb it. Raises :class:`StoreWriteError` if no descriptor can be had. For a new
+        log's first records it also syncs the directory and then releases the lock this log
+        still holds; if it cannot have descriptors for that, the creation is synced here and
+        None returned (on failure the records are cut off again and StoreWriteError raised).
         """
-        fd = self._own_descriptor("for its sync")
-        return OwedSync(fd, self.path, self.rollout_id, self.state.epoch)
+        if not self._creating:
+            return OwedSync(
+                self._own_descriptor("for its sync"), self.path, self.rollout_id, self.state.epoch
+            )
+        fd = dir_fd = -1
+        try:
+            fd = self._own_descriptor("for its sync")
+            dir_fd = _duplicate(self._dir_fd, self.path)
+        except StoreWriteError:
+            if fd >= 0:
+                os.close(fd)
+            self._creating = False
+            self._sync_creation_here()
+            return None
+        return OwedSync(fd, self.path, self.rollout_id, self.state.epoch, creation=(self, dir_fd))
+
+    def _sync_creation_here(self) -> None:
+        """Sync a new log's first records and its directory entry under the lock."""
+        try:
+            _sync_data(self._fd)
+            sync_directory(self._dir_fd)
+        except OSError as exc:
+            with suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            self._replaced = True
+            raise StoreWriteError(
+                exc.errno, f"{self.path}: could not sync a new log's first records: {exc}"
+            ) from exc
+
+    def _created(self, synced: bool) -> None:
+        """Called by the creation sync once it has run (on its thread), before it unlocks."""
+        if not synced:
+            self._stale = True
 
     def entries(self) -> list[TokenEntry]:
         """Return one fresh entry per call id, in log order (call only inside :meth:`locked`).
@@ -551,21 +606,48 @@ class LogCut:
 class OwedSync:
     """The sync owed for records a log appended under its lock; run it once, on any thread."""
 
-    def __init__(self, fd: int, path: str, rollout_id: str, epoch: str) -> None:
+    def __init__(
+        self,
+        fd: int,
+        path: str,
+        rollout_id: str,
+        epoch: str,
+        *,
+        creation: tuple[RolloutLog, int] | None = None,
+    ) -> None:
         self._fd = fd
         self.path = path
         self.rollout_id = rollout_id
         self.epoch = epoch
+        self._creation = creation
 
     def run(self) -> None:
         """Make the appended records durable; raise :class:`StoreWriteError` if that fails.
 
         On failure the records stay in the log (others may already have read them), their
-        durability unknown; the caller marks the rollout (``LogDirectory.mark_unsynced``).
+        durability unknown; the caller marks the rollout (``LogDirectory.mark_unsynced``). A
+        new log's first records are synced with its directory entry while the log is still
+        locked, so nobody has read them: on failure they are cut off again, and the lock is
+        released either way.
         """
+        synced = False
         try:
             _sync_appended(self._fd, self.path)
+            if self._creation is not None:
+                _sync_new_name(self._creation[1], self.path)
+            synced = True
         finally:
+            if self._creation is not None:
+                log, dir_fd = self._creation
+                if not synced:
+                    with suppress(OSError):
+                        os.ftruncate(self._fd, 0)
+                log._created(synced)
+                with suppress(OSError):
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+                # Only now may this process's own thread take the lock again (see _acquire).
+                log._creating = False
+                os.close(dir_fd)
             os.close(self._fd)
 
 
@@ -575,6 +657,24 @@ def _sync_appended(fd: int, path: str) -> None:
     except OSError as exc:
         raise StoreWriteError(
             exc.errno, f"{path}: could not sync the records just appended: {exc}"
+        ) from exc
+
+
+def _sync_new_name(dir_fd: int, path: str) -> None:
+    try:
+        sync_directory(dir_fd)
+    except OSError as exc:
+        raise StoreWriteError(
+            exc.errno, f"{path}: could not sync the directory entry of a new log: {exc}"
+        ) from exc
+
+
+def _duplicate(fd: int, path: str) -> int:
+    try:
+        return os.dup(fd)
+    except OSError as exc:
+        raise StoreWriteError(
+            exc.errno, f"{path}: could not hold the directory open for a sync: {exc}"
         ) from exc
 
 

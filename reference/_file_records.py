@@ -42,6 +42,7 @@ import json
 import zlib
 from dataclasses import dataclass, field
 from json.decoder import scanstring  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii
 from typing import Any, Final
 
 __all__ = [
@@ -147,6 +148,11 @@ def _unseal(line: bytes) -> bytes:
     return body + ENTRY_SUFFIX
 
 
+def _json_string(text: str) -> bytes:
+    """Return ``text`` as a JSON string literal, ASCII-escaped: what ``json.dumps`` writes."""
+    return encode_basestring_ascii(text).encode("ascii")
+
+
 def digest(*parts: bytes) -> bytes:
     """Return the digest two sequences of parts share exactly when their bytes are equal.
 
@@ -210,7 +216,7 @@ def open_record(rollout_id: str, epoch: str) -> Record:
 
 def entry_record(model_call_id: str, payload: bytes) -> Record:
     """Return the record of an entry whose canonical JSON is ``payload``."""
-    call = json.dumps(model_call_id, ensure_ascii=True).encode("ascii")
+    call = _json_string(model_call_id)
     return Record(
         ENTRY,
         b"".join((ENTRY_PREFIX, call, _ENTRY_FIELD.encode("ascii"), payload, ENTRY_SUFFIX)),
@@ -222,7 +228,7 @@ def entry_record(model_call_id: str, payload: bytes) -> Record:
 
 def packed_record(model_call_id: str, rest: bytes, tokens: bytes) -> Record:
     """Return the record of a packed entry: ``rest`` its other fields, ``tokens`` its arrays."""
-    call = json.dumps(model_call_id, ensure_ascii=True).encode("ascii")
+    call = _json_string(model_call_id)
     line = b"".join(
         (PACKED_PREFIX, call, _TOKENS_FIELD.encode("ascii"), tokens, _PACKED_ENTRY_FIELD, rest)
     )
@@ -231,7 +237,7 @@ def packed_record(model_call_id: str, rest: bytes, tokens: bytes) -> Record:
 
 def blob_record(model_call_id: str, rest: bytes, raw: bytes) -> Record:
     """Return the record of a format 4 entry: ``rest`` its other fields, ``raw`` its arrays."""
-    call = json.dumps(model_call_id, ensure_ascii=True).encode("ascii")
+    call = _json_string(model_call_id)
     line = b"%s%s%s%d%s%08x%s%s}\n" % (
         BLOB_PREFIX,
         call,

@@ -144,7 +144,7 @@ class LogDirectory:
         return log
 
     def put(
-        self, rollout_id: str, items: Sequence[tuple[str, bytes | CheckedEntry]]
+        self, rollout_id: str, items: Sequence[tuple[str, bytes | CheckedEntry | None]]
     ) -> list[Exception | None]:
         """Store each ``(model_call_id, payload)`` in order; return each one's error or None.
 
@@ -163,15 +163,17 @@ class LogDirectory:
         return outcomes
 
     def append_entries(
-        self, rollout_id: str, items: Sequence[tuple[str, bytes | CheckedEntry]]
+        self, rollout_id: str, items: Sequence[tuple[str, bytes | CheckedEntry | None]]
     ) -> tuple[list[Exception | None], OwedSync | None]:
         """Append each ``(model_call_id, payload)`` under the lock; return outcomes and the sync.
 
         A payload is a checked entry, stored in the form the log's format takes, or the
-        canonical JSON of one, stored as JSON. A conflicting re-put durably marks the rollout
-        incomplete and reports :class:`ConflictingEntryError`. The accepted records are not
-        durable until the returned sync has run (None when nothing is owed); whoever runs it
-        calls :meth:`mark_unsynced` if it fails. Puts waiting for one sync share it.
+        canonical JSON of one, stored as JSON; None announces the call (``begin_call``: a known
+        call is a no-op, a new one after the fence is refused). A conflicting re-put durably
+        marks the rollout incomplete and reports :class:`ConflictingEntryError`. The accepted
+        records are not durable until the returned sync has run (None when nothing is owed);
+        whoever runs it calls :meth:`mark_unsynced` if it fails. Puts waiting for one sync
+        share it.
         """
         log = self._log(rollout_id)
         with log.locked(create=True):
@@ -180,8 +182,21 @@ class LogDirectory:
                 return [RolloutRetiredError.for_rollout(rollout_id) for _ in items], None
             records: list[Record] = []
             added: dict[str, bytes] = {}
+            announced: set[str] = set()
             outcomes: list[Exception | None] = []
             for call, payload in items:
+                if payload is None:
+                    if any(
+                        call in known for known in (state.intents, state.digests, added, announced)
+                    ):
+                        outcomes.append(None)
+                    elif state.frozen:
+                        outcomes.append(RolloutFrozenError.for_call(rollout_id, call))
+                    else:
+                        records.append(intent_record(call))
+                        announced.add(call)
+                        outcomes.append(None)
+                    continue
                 record = _entry_record(call, payload, log_format=state.format)
                 known = state.digests.get(call) or added.get(call)
                 if known is not None:
@@ -203,6 +218,9 @@ class LogDirectory:
                     outcomes.append(None)
             if not (records and log.append(records, sync=False)):
                 return outcomes, None
+            if log.creating:
+                # A new log: the sync (or, failing a descriptor, this thread) syncs its name too.
+                return outcomes, log.owe_sync()
             try:
                 return outcomes, log.owe_sync()
             except StoreWriteError:
@@ -240,16 +258,9 @@ class LogDirectory:
 
     def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Durably announce a call; a known call is a no-op, a new one after freeze raises."""
-        log = self._log(rollout_id)
-        with log.locked(create=True):
-            state = log.state
-            if state.retired:
-                raise RolloutRetiredError.for_rollout(rollout_id)
-            if model_call_id in state.intents or model_call_id in state.digests:
-                return
-            if state.frozen:
-                raise RolloutFrozenError.for_call(rollout_id, model_call_id)
-            log.append([intent_record(model_call_id)])
+        (outcome,) = self.put(rollout_id, [(model_call_id, None)])
+        if outcome is not None:
+            raise outcome
 
     def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
         """Fence the rollout durably and return what it holds now."""

@@ -70,6 +70,7 @@ class _Put:
     encode: Callable[[], bytes | CheckedEntry]
     payload: bytes | CheckedEntry | None = None
     refused: bool = False
+    intent: bool = False
 
 
 @dataclass(slots=True)
@@ -166,7 +167,7 @@ def _put_run(shard: _Shard, puts: list[_Put]) -> None:
     for put in puts:
         if put.refused:
             continue
-        if put.payload is None:
+        if put.payload is None and not put.intent:
             try:
                 put.payload = put.encode()
             except Exception as exc:
@@ -179,7 +180,7 @@ def _put_run(shard: _Shard, puts: list[_Put]) -> None:
     key = ready[0].key
     try:
         outcomes, owed = shard.logs.append_entries(
-            key, [(p.model_call_id, p.payload or b"") for p in ready]
+            key, [(p.model_call_id, None if p.intent else p.payload or b"") for p in ready]
         )
     except RolloutLockBusy:
         raise
@@ -424,6 +425,18 @@ class WriterThread:
         else:
             item = _Put(loop, future, rollout_id, model_call_id, payload)
         self._queue(rollout_id).put(item)
+        await future
+
+    async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
+        """Durably announce ``model_call_id``, as a put does: batched and synced like one.
+
+        Returns once the intent is durable; raises what announcing it raises.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._queue(rollout_id).put(
+            _Put(loop, future, rollout_id, model_call_id, bytes, intent=True)
+        )
         await future
 
     async def close(self) -> None:

@@ -137,7 +137,7 @@ class FileTokenStore:
         """Durably announce ``model_call_id``; a freeze before its entry arrives is incomplete."""
         rollout_id = validate_rollout_id(rollout_id)
         call = validate_call_id(model_call_id)
-        await self._writer.run(lambda logs: logs.begin_call(rollout_id, call), rollout_id)
+        await self._writer.begin_call(rollout_id, call)
 
     async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
         """Fence ``rollout_id`` durably and return a snapshot of everything it holds."""

@@ -13,12 +13,12 @@ from reference import _file_log
 from reference._file_log import RolloutLockBusy, RolloutLockTimeoutError
 from reference._file_rollouts import LogDirectory
 from reference._file_writer import WriterThread
-from tokcap_spec.errors import RolloutFrozenError
+from tokcap_spec.errors import RolloutFrozenError, StoreWriteError
 from tokcap_spec.records import TokenEntry
 
 
-def payload(call: str) -> bytes:
-    return TokenEntry(rollout_id="r", model_call_id=call, created_at=1.0).to_json_bytes()
+def payload(call: str, rollout_id: str = "r") -> bytes:
+    return TokenEntry(rollout_id=rollout_id, model_call_id=call, created_at=1.0).to_json_bytes()
 
 
 def alive(name: str) -> int:
@@ -306,3 +306,168 @@ class TestSyncs:
             assert asyncio.run(scenario())
         finally:
             release.set()
+
+
+class TestNewLogs:
+    def test_a_new_logs_slow_sync_holds_up_no_other_rollout_and_keeps_it_locked(
+        self, tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """While a new log's first sync is stuck, other rollouts are served, and nobody else
+        (another instance here) can read the new log until its directory entry is durable."""
+        real = _file_log.sync_directory
+        stuck = threading.Event()
+        release = threading.Event()
+
+        def sync_directory(dir_fd: int) -> None:
+            if not stuck.is_set():
+                stuck.set()
+                release.wait(30)
+            real(dir_fd)
+
+        writer = WriterThread(str(tmp_path), name, shards=1)
+        other = LogDirectory(str(tmp_path))
+
+        def locked_elsewhere() -> bool:
+            try:
+                with other._log("new").locked(create=False):
+                    return False
+            except RolloutLockBusy:
+                return True
+
+        async def scenario() -> tuple[bool, bool]:
+            await writer.put("old", "first", payload("first", "old"))
+            monkeypatch.setattr(_file_log, "sync_directory", sync_directory)
+            slow = asyncio.ensure_future(writer.put("new", "a", payload("a", "new")))
+            assert await asyncio.to_thread(stuck.wait, 30)
+            await asyncio.wait_for(writer.put("old", "second", payload("second", "old")), 30)
+            held = await asyncio.to_thread(locked_elsewhere)
+            # The same instance's next work on the new log waits for the sync too.
+            behind = asyncio.ensure_future(writer.put("new", "b", payload("b", "new")))
+            await asyncio.sleep(0.05)
+            waited = not slow.done() and not behind.done()
+            release.set()
+            await asyncio.wait_for(asyncio.gather(slow, behind), 30)
+            await writer.close()
+            return held, waited
+
+        try:
+            assert asyncio.run(scenario()) == (True, True)
+        finally:
+            release.set()
+        assert [e.model_call_id for e in other.freeze("new").entries] == ["a", "b"]
+        other.close()
+
+    def test_a_new_log_synced_here_when_no_descriptor_can_be_had(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Without a descriptor for a sync thread, a new log is synced at once, under its lock."""
+        logs = LogDirectory(str(tmp_path))
+        real_dup = _file_log.os.dup
+
+        def no_descriptor(fd: int) -> int:
+            raise OSError(24, "Too many open files")
+
+        monkeypatch.setattr(_file_log.os, "dup", no_descriptor)
+        outcomes, owed = logs.append_entries("r", [("a", payload("a"))])
+        monkeypatch.setattr(_file_log.os, "dup", real_dup)
+        assert (outcomes, owed) == ([None], None)
+        assert not logs._log("r").creating
+        other = LogDirectory(str(tmp_path))
+        assert [e.model_call_id for e in other.freeze("r").entries] == ["a"]
+        other.close()
+        logs.close()
+
+    def test_a_failed_first_sync_cuts_the_new_log_and_unlocks_it(self, tmp_path: Path) -> None:
+        """A new log whose first sync fails holds nothing afterwards, and is usable again."""
+        logs = LogDirectory(str(tmp_path))
+        _, owed = logs.append_entries("r", [("a", payload("a"))])
+        assert owed is not None
+        real = _file_log._sync_data
+
+        def failing(fd: int) -> None:
+            raise OSError(5, "Input/output error")
+
+        _file_log._sync_data = failing
+        try:
+            with pytest.raises(StoreWriteError, match="could not sync"):
+                owed.run()
+        finally:
+            _file_log._sync_data = real
+        assert (tmp_path / _file_log.log_name("r")).read_bytes() == b""
+        logs.mark_unsynced("r", owed.epoch)
+        assert (tmp_path / _file_log.log_name("r")).read_bytes() == b""
+        logs.put("r", [("b", payload("b"))])
+        assert [e.model_call_id for e in logs.freeze("r").entries] == ["b"]
+        logs.close()
+
+
+class TestIntents:
+    def test_a_slow_intent_sync_of_one_rollout_never_holds_up_another(
+        self, tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """begin_call is synced like a put: while one rollout's intent sync is stuck, another
+        rollout's intent and entry are written, synced and acked."""
+        real = _file_log._sync_data
+        stuck = threading.Event()
+        release = threading.Event()
+
+        def sync(fd: int) -> None:
+            if not stuck.is_set():
+                stuck.set()
+                release.wait(30)
+            real(fd)
+
+        writer = WriterThread(str(tmp_path), name, shards=1)
+
+        async def scenario() -> bool:
+            await writer.put("a", "first", payload("first", "a"))
+            await writer.put("b", "first", payload("first", "b"))
+            monkeypatch.setattr(_file_log, "_sync_data", sync)
+            slow = asyncio.ensure_future(writer.begin_call("a", "c"))
+            assert await asyncio.to_thread(stuck.wait, 30)
+            await asyncio.wait_for(writer.begin_call("b", "c"), 30)
+            await asyncio.wait_for(writer.put("b", "c", payload("c", "b")), 30)
+            overtaken = not slow.done()
+            release.set()
+            await asyncio.wait_for(slow, 30)
+            await writer.close()
+            return overtaken
+
+        try:
+            assert asyncio.run(scenario())
+        finally:
+            release.set()
+        logs = LogDirectory(str(tmp_path))
+        assert logs.freeze("a").incomplete
+        assert not logs.freeze("b").incomplete
+        logs.close()
+
+    def test_intents_and_entries_queued_together_keep_their_order(
+        self, tmp_path: Path, name: str
+    ) -> None:
+        """An intent and then its entry, queued at once, freeze clean; an entry and then a
+        repeated intent of the same call add no second intent; a new intent after the fence
+        is refused."""
+        writer = WriterThread(str(tmp_path), name)
+
+        async def scenario() -> None:
+            await asyncio.gather(
+                writer.begin_call("r", "a"),
+                writer.put("r", "a", payload("a")),
+                writer.put("r", "b", payload("b")),
+                writer.begin_call("r", "b"),
+                writer.begin_call("r", "b"),
+            )
+            await writer.run(lambda logs: logs.freeze("r"), "r")
+            with pytest.raises(RolloutFrozenError):
+                await writer.begin_call("r", "late")
+            await writer.begin_call("r", "a")
+            await writer.close()
+
+        asyncio.run(scenario())
+        logs = LogDirectory(str(tmp_path))
+        snapshot = logs.freeze("r")
+        assert [e.model_call_id for e in snapshot.entries] == ["a", "b"]
+        assert not snapshot.incomplete
+        assert (tmp_path / _file_log.log_name("r")).read_bytes().count(b'"kind":"intent"') == 1
+        logs.close()
