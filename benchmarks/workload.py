@@ -29,7 +29,8 @@ import sqlite3
 import statistics
 import threading
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -213,22 +214,27 @@ class SqliteTokenStore:
         """Durably announce a call; a known one is a no-op, a new one after freeze raises."""
         await asyncio.to_thread(self._begin_call, (rollout_id, model_call_id))
 
-    def _begin_call(self, key: tuple[str, str]) -> None:
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction under the lock: committed on return, rolled back on a raise."""
         with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
+            self._db.execute("BEGIN IMMEDIATE")
             try:
-                frozen = db.execute(
-                    "SELECT frozen FROM rollouts WHERE rollout_id = ?", key[:1]
-                ).fetchone()
-                if frozen is not None and frozen[0]:
-                    db.execute("ROLLBACK")
-                    raise RolloutFrozenError.for_call(*key)
-                db.execute("INSERT OR IGNORE INTO intents VALUES (?, ?)", key)
-                db.execute("COMMIT")
-            except sqlite3.Error:
-                db.execute("ROLLBACK")
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
                 raise
+            self._db.execute("COMMIT")
+
+    def _refuse_if_frozen(self, db: sqlite3.Connection, key: tuple[str, str]) -> None:
+        frozen = db.execute("SELECT frozen FROM rollouts WHERE rollout_id = ?", key[:1]).fetchone()
+        if frozen is not None and frozen[0]:
+            raise RolloutFrozenError.for_call(*key)
+
+    def _begin_call(self, key: tuple[str, str]) -> None:
+        with self._transaction() as db:
+            self._refuse_if_frozen(db, key)
+            db.execute("INSERT OR IGNORE INTO intents VALUES (?, ?)", key)
 
     async def put(self, entry: TokenEntry) -> None:
         """Store ``entry`` durably; see the class promises."""
@@ -237,40 +243,26 @@ class SqliteTokenStore:
     def _put(self, entry: TokenEntry) -> None:
         payload = entry.checked_json_bytes()
         key = (entry.rollout_id, entry.model_call_id)
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                row = db.execute(
-                    "SELECT payload FROM entries WHERE rollout_id = ? AND call_id = ?", key
-                ).fetchone()
-                if row is not None:
-                    if row[0] != payload:
-                        db.execute(
-                            "UPDATE rollouts SET marked = 1, version = version + 1 "
-                            "WHERE rollout_id = ?",
-                            key[:1],
-                        )
-                        db.execute("COMMIT")
-                        raise ConflictingEntryError(f"{key} already holds another entry")
-                    db.execute("COMMIT")
-                    return
-                frozen = db.execute(
-                    "SELECT frozen FROM rollouts WHERE rollout_id = ?", key[:1]
-                ).fetchone()
-                if frozen is not None and frozen[0]:
-                    db.execute("ROLLBACK")
-                    raise RolloutFrozenError.for_call(*key)
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT payload FROM entries WHERE rollout_id = ? AND call_id = ?", key
+            ).fetchone()
+            if row is None:
+                self._refuse_if_frozen(db, key)
                 db.execute("INSERT INTO entries VALUES (?, ?, ?)", (*key, payload))
                 db.execute(
                     "INSERT INTO rollouts (rollout_id, version) VALUES (?, 1) ON CONFLICT "
                     "(rollout_id) DO UPDATE SET version = version + 1",
                     key[:1],
                 )
-                db.execute("COMMIT")
-            except sqlite3.Error:
-                db.execute("ROLLBACK")
-                raise
+            elif row[0] != payload:
+                db.execute(
+                    "UPDATE rollouts SET marked = 1, version = version + 1 WHERE rollout_id = ?",
+                    key[:1],
+                )
+        if row is not None and row[0] != payload:
+            # Raised once the mark is committed.
+            raise ConflictingEntryError(f"{key} already holds another entry")
 
     async def close(self) -> None:
         """Close the connection."""

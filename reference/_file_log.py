@@ -26,8 +26,9 @@ import re
 import stat
 import time
 import uuid
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from typing import TypeVar
 
 from reference._file_packed import unpack_base64_entry, unpack_entry
 from reference._file_records import (
@@ -64,6 +65,8 @@ _SUFFIX = ".log"
 _REOPEN_LIMIT = 1000
 _HEADER_START = b'{"epoch":"'
 _TEMPORARY = re.compile(r"\.(?P<log>.+)\.[0-9]+\.[0-9a-f]{12}\.tmp")
+T = TypeVar("T")
+
 _FIRST_WAIT = 0.0005
 _LONGEST_WAIT = 0.02
 
@@ -652,30 +655,23 @@ class OwedSync:
 
 
 def _sync_appended(fd: int, path: str) -> None:
-    try:
-        _sync_data(fd)
-    except OSError as exc:
-        raise StoreWriteError(
-            exc.errno, f"{path}: could not sync the records just appended: {exc}"
-        ) from exc
+    _typed(lambda: _sync_data(fd), path, "sync the records just appended")
 
 
 def _sync_new_name(dir_fd: int, path: str) -> None:
-    try:
-        sync_directory(dir_fd)
-    except OSError as exc:
-        raise StoreWriteError(
-            exc.errno, f"{path}: could not sync the directory entry of a new log: {exc}"
-        ) from exc
+    _typed(lambda: sync_directory(dir_fd), path, "sync the directory entry of a new log")
 
 
 def _duplicate(fd: int, path: str) -> int:
+    return _typed(lambda: os.dup(fd), path, "hold the directory open for a sync")
+
+
+def _typed(action: Callable[[], T], path: str, what: str) -> T:
+    """Return what ``action`` returns; raise an ``OSError`` of it as a StoreWriteError."""
     try:
-        return os.dup(fd)
+        return action()
     except OSError as exc:
-        raise StoreWriteError(
-            exc.errno, f"{path}: could not hold the directory open for a sync: {exc}"
-        ) from exc
+        raise StoreWriteError(exc.errno, f"{path}: could not {what}: {exc}") from exc
 
 
 def _could_be_header(data: bytes) -> bool:

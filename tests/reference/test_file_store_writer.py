@@ -25,6 +25,28 @@ def alive(name: str) -> int:
     return sum(thread.name == name for thread in threading.enumerate())
 
 
+class Stuck:
+    """Makes the first call of one ``_file_log`` function wait until released."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, function: str) -> None:
+        self.reached = threading.Event()
+        self.release = threading.Event()
+        self._monkeypatch = monkeypatch
+        self._function = function
+
+    def arm(self) -> None:
+        """From now on, the first call waits (up to 30 s) for :attr:`release`."""
+        real = getattr(_file_log, self._function)
+
+        def stuck(fd: int) -> None:
+            if not self.reached.is_set():
+                self.reached.set()
+                self.release.wait(30)
+            real(fd)
+
+        self._monkeypatch.setattr(_file_log, self._function, stuck)
+
+
 @pytest.fixture
 def name(request: pytest.FixtureRequest) -> str:
     return f"writer-under-test-{request.node.name}"
@@ -277,24 +299,16 @@ class TestSyncs:
         self, tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """While one rollout's sync is stuck, another rollout's put is written, synced and acked."""
-        real = _file_log._sync_data
-        stuck = threading.Event()
-        release = threading.Event()
-
-        def sync(fd: int) -> None:
-            if not stuck.is_set():
-                stuck.set()
-                release.wait(30)
-            real(fd)
-
+        stuck = Stuck(monkeypatch, "_sync_data")
+        release = stuck.release
         writer = WriterThread(str(tmp_path), name, shards=1)
 
         async def scenario() -> bool:
             await writer.put("a", "first", payload("first"))
             await writer.put("b", "first", payload("first"))
-            monkeypatch.setattr(_file_log, "_sync_data", sync)
+            stuck.arm()
             slow = asyncio.ensure_future(writer.put("a", "c", payload("c")))
-            assert await asyncio.to_thread(stuck.wait, 30)
+            assert await asyncio.to_thread(stuck.reached.wait, 30)
             await asyncio.wait_for(writer.put("b", "c", payload("c")), 30)
             overtaken = not slow.done()
             release.set()
@@ -314,16 +328,8 @@ class TestNewLogs:
     ) -> None:
         """While a new log's first sync is stuck, other rollouts are served, and nobody else
         (another instance here) can read the new log until its directory entry is durable."""
-        real = _file_log.sync_directory
-        stuck = threading.Event()
-        release = threading.Event()
-
-        def sync_directory(dir_fd: int) -> None:
-            if not stuck.is_set():
-                stuck.set()
-                release.wait(30)
-            real(dir_fd)
-
+        stuck = Stuck(monkeypatch, "sync_directory")
+        release = stuck.release
         writer = WriterThread(str(tmp_path), name, shards=1)
         other = LogDirectory(str(tmp_path))
 
@@ -336,9 +342,9 @@ class TestNewLogs:
 
         async def scenario() -> tuple[bool, bool]:
             await writer.put("old", "first", payload("first", "old"))
-            monkeypatch.setattr(_file_log, "sync_directory", sync_directory)
+            stuck.arm()
             slow = asyncio.ensure_future(writer.put("new", "a", payload("a", "new")))
-            assert await asyncio.to_thread(stuck.wait, 30)
+            assert await asyncio.to_thread(stuck.reached.wait, 30)
             await asyncio.wait_for(writer.put("old", "second", payload("second", "old")), 30)
             held = await asyncio.to_thread(locked_elsewhere)
             # The same instance's next work on the new log waits for the sync too.
@@ -407,24 +413,16 @@ class TestIntents:
     ) -> None:
         """begin_call is synced like a put: while one rollout's intent sync is stuck, another
         rollout's intent and entry are written, synced and acked."""
-        real = _file_log._sync_data
-        stuck = threading.Event()
-        release = threading.Event()
-
-        def sync(fd: int) -> None:
-            if not stuck.is_set():
-                stuck.set()
-                release.wait(30)
-            real(fd)
-
+        stuck = Stuck(monkeypatch, "_sync_data")
+        release = stuck.release
         writer = WriterThread(str(tmp_path), name, shards=1)
 
         async def scenario() -> bool:
             await writer.put("a", "first", payload("first", "a"))
             await writer.put("b", "first", payload("first", "b"))
-            monkeypatch.setattr(_file_log, "_sync_data", sync)
+            stuck.arm()
             slow = asyncio.ensure_future(writer.begin_call("a", "c"))
-            assert await asyncio.to_thread(stuck.wait, 30)
+            assert await asyncio.to_thread(stuck.reached.wait, 30)
             await asyncio.wait_for(writer.begin_call("b", "c"), 30)
             await asyncio.wait_for(writer.put("b", "c", payload("c", "b")), 30)
             overtaken = not slow.done()
