@@ -209,14 +209,16 @@ def unpack_entry(rest: bytes, raw: bytes) -> TokenEntry:
     fields: Any = json.loads(rest)
     if not isinstance(fields, dict) or any(name in fields for name in ARRAY_FIELDS):
         raise ValueError("the fields of a packed entry must be a JSON object without its arrays")
-    base = TokenEntry.model_validate(fields)
-    return base.model_copy(
-        update={
-            "prompt_token_ids": _values("i", view[_COUNTS.size : prompt_end]),
-            "generation_token_ids": _values("i", view[prompt_end:ids_end]),
-            "generation_log_probs": log_probs,
-        }
+    entry = TokenEntry.model_validate(fields)
+    # The entry is new and nobody else holds it: its empty arrays are replaced in place, as
+    # model_copy(update=...) would set them, without a second instance for the collector.
+    entry.__dict__.update(
+        prompt_token_ids=_values("i", view[_COUNTS.size : prompt_end]),
+        generation_token_ids=_values("i", view[prompt_end:ids_end]),
+        generation_log_probs=log_probs,
     )
+    entry.__pydantic_fields_set__.update(ARRAY_FIELDS)
+    return entry
 
 
 def _values(code: str, data: memoryview) -> list[Any]:
