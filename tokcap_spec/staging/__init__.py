@@ -19,6 +19,10 @@ It is a contract apart from the capture contract of ``tokcap_spec`` (``TokenSink
   when every float64 bit is;
 - **deltas, not whole calls**: a record holds the tokens after ``prev_len`` only, with the
   chain and cumulative hashes tying it to what came before.
+
+Ids may hold ``/``, so the default :func:`staging_key` can give two calls one key;
+:func:`distinct_staging_key` never does. A source that has no row for a key raises
+:class:`StagedCallMissingError`, one whose row is damaged :class:`StagedCallCorruptError`.
 """
 
 from tokcap_spec.staging.digest import (
@@ -27,7 +31,9 @@ from tokcap_spec.staging.digest import (
     encode_token_ids,
     staged_call_digest,
 )
+from tokcap_spec.staging.errors import StagedCallCorruptError, StagedCallMissingError
 from tokcap_spec.staging.extras import EMPTY_EXTRAS_DIGEST, extras_digest
+from tokcap_spec.staging.keys import distinct_staging_key, split_staging_key
 from tokcap_spec.staging.protocols import StagingSink, StagingSource
 from tokcap_spec.staging.records import (
     CaptureMode,
@@ -51,14 +57,18 @@ __all__ = [
     "CaptureMode",
     "StageResult",
     "StagedCallBaseSnapshot",
+    "StagedCallCorruptError",
+    "StagedCallMissingError",
     "StagedCallRecord",
     "StagedCallSnapshot",
     "StagingSink",
     "StagingSource",
     "chain_hash",
     "cumulative_hash",
+    "distinct_staging_key",
     "encode_token_ids",
     "extras_digest",
     "staged_call_digest",
+    "split_staging_key",
     "staging_key",
 ]
