@@ -6,6 +6,8 @@
 - :mod:`reference.consumer`: freezing, building a training row and retiring after handoff.
 - :class:`FileLineageResolver`, :class:`MemoryLineageResolver`, :class:`RedisLineageResolver`:
   which captured call a new request continues, over each store (:mod:`reference.lineage`).
+- :class:`FileStagingStore`, :class:`MemoryStagingStore`: staging sinks and sources of the
+  external staging path (:mod:`tokcap_spec.staging`), on a local disk or in process memory.
 
 Names are imported on first use, so ``import reference`` stays cheap and the Redis client
 is needed only by those who use Redis.
@@ -21,11 +23,15 @@ if TYPE_CHECKING:
     from reference.lineage import FileLineageResolver, MemoryLineageResolver, RedisLineageResolver
     from reference.memory_store import MemoryTokenStore
     from reference.redis_store import RedisTokenStore
+    from reference.staging_file import FileStagingStore
+    from reference.staging_memory import MemoryStagingStore
 
 __all__ = [
     "FileLineageResolver",
+    "FileStagingStore",
     "FileTokenStore",
     "MemoryLineageResolver",
+    "MemoryStagingStore",
     "MemoryTokenStore",
     "RedisLineageResolver",
     "RedisTokenStore",
@@ -35,6 +41,8 @@ _HOMES = {
     "FileTokenStore": "reference.file_store",
     "MemoryTokenStore": "reference.memory_store",
     "RedisTokenStore": "reference.redis_store",
+    "FileStagingStore": "reference.staging_file",
+    "MemoryStagingStore": "reference.staging_memory",
     "FileLineageResolver": "reference.lineage",
     "MemoryLineageResolver": "reference.lineage",
     "RedisLineageResolver": "reference.lineage",

@@ -1,0 +1,52 @@
+"""A staging sink and source in one object, in process memory."""
+
+from __future__ import annotations
+
+import threading
+
+from reference._staging_store import KeyedStagingStore
+
+__all__ = ["MemoryStagingStore"]
+
+
+class MemoryStagingStore(KeyedStagingStore):
+    """A :class:`~tokcap_spec.staging.StagingSink` and ``StagingSource`` in process memory.
+
+    What it holds lives and dies with the object; other processes cannot see it. Every method
+    is safe to call from many threads at once. It keeps every promise
+    :class:`~reference.staging_file.FileStagingStore` keeps but durability:
+
+    - ``stage`` never raises. It returns ``ok`` with the key
+      :func:`~tokcap_spec.staging.distinct_staging_key` makes of the record's ids once the
+      call is stored, or ``ok=False`` with an error saying what is wrong, storing nothing: a
+      record that is not a valid :class:`~tokcap_spec.staging.StagedCallRecord` (another type,
+      another schema or digest version, a digest that does not recompute), attachments that
+      are not a mapping of ``str`` to ``bytes`` or ``str``, a failure of the store.
+    - Staging exactly the call a key holds again (the same digest, which commits to the
+      extras and to the columns as float32, and the same attachments) changes nothing and is
+      ok, with the same key. Another call for a key that holds one is refused, and the stored
+      call is kept.
+    - Attachments are stored with the record, in the same write; ``None`` and ``{}`` both
+      mean none. ``fetch_attachments`` and ``fetch_extras`` read them back.
+    - ``fetch`` returns a new, validated row per key, in the order asked for and as often as
+      asked for, with the columns' float bits as staged (``-0.0`` and subnormals included);
+      if any key holds nothing it raises :class:`~tokcap_spec.staging.StagedCallMissingError`
+      naming every such key, and returns nothing.
+    - What is stored is a copy: changing a record, its extras or attachments after staging
+      changes nothing stored, and every row fetched is a new object.
+    """
+
+    def __init__(self) -> None:
+        self._documents: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def _put_if_absent(self, key: str, document: bytes) -> bytes | None:
+        with self._lock:
+            stored = self._documents.get(key)
+            if stored is None:
+                self._documents[key] = document
+            return stored
+
+    def _load(self, key: str) -> bytes | None:
+        with self._lock:
+            return self._documents.get(key)
