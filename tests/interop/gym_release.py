@@ -6,10 +6,11 @@ fetched with ``pip download`` for the interpreter it was released for, refused u
 sha256 is the pinned one, and kept in a cache folder, so a second run downloads nothing.
 
 Only ``nemo_gym.token_id_capture`` is unpacked, and of it only the modules the record, the
-protocols, the file store, the config block, ``run_conformance`` and the staging records,
-digests and protocols are made of, and the staging golden vectors. The package ``__init__``
-files of the release import Gym's server stack; they are replaced by empty stand-ins. Nothing
-unpacked ever lands in the checkout: the cache lives in pytest's cache dir.
+protocols, the file store, the config block, ``run_conformance``, the staging records, digests
+and protocols, staging capture and receipt verification are made of, and the staging golden
+vectors. The package ``__init__`` files of the release import Gym's server stack; they are
+replaced by empty stand-ins. Nothing unpacked ever lands in the checkout: the cache lives in
+pytest's cache dir.
 """
 
 from __future__ import annotations
@@ -61,9 +62,12 @@ MODULES = (
     "staging/records.py",
     "staging/digest.py",
     "staging/protocols.py",
+    "staging/capture.py",
+    "staging/rebuild.py",
 )
 """The modules of ``nemo_gym.token_id_capture`` unpacked: what its record, store, config,
-``run_conformance``, capture path (``sink.py``) and staging protocols import, and nothing else."""
+``run_conformance``, capture path (``sink.py``), staging protocols, staging capture (the worker
+side that drives a staging sink) and receipt verification import, and nothing else."""
 
 DATA = ("staging/conformance/golden_vectors.json",)
 """Files of ``nemo_gym.token_id_capture`` that are not modules, unpacked to be read: the
