@@ -6,8 +6,9 @@
 - :mod:`reference.consumer`: freezing, building a training row and retiring after handoff.
 - :class:`FileLineageResolver`, :class:`MemoryLineageResolver`, :class:`RedisLineageResolver`:
   which captured call a new request continues, over each store (:mod:`reference.lineage`).
-- :class:`FileStagingStore`, :class:`MemoryStagingStore`: staging sinks and sources of the
-  external staging path (:mod:`tokcap_spec.staging`), on a local disk or in process memory.
+- :class:`FileStagingStore`, :class:`MemoryStagingStore`, :class:`RedisStagingStore`: staging
+  sinks and sources of the external staging path (:mod:`tokcap_spec.staging`), on a local
+  disk, in process memory or on Redis (needs the ``redis`` extra).
 
 Names are imported on first use, so ``import reference`` stays cheap and the Redis client
 is needed only by those who use Redis.
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from reference.redis_store import RedisTokenStore
     from reference.staging_file import FileStagingStore
     from reference.staging_memory import MemoryStagingStore
+    from reference.staging_redis import RedisStagingStore
 
 __all__ = [
     "FileLineageResolver",
@@ -34,6 +36,7 @@ __all__ = [
     "MemoryStagingStore",
     "MemoryTokenStore",
     "RedisLineageResolver",
+    "RedisStagingStore",
     "RedisTokenStore",
 ]
 
@@ -43,6 +46,7 @@ _HOMES = {
     "RedisTokenStore": "reference.redis_store",
     "FileStagingStore": "reference.staging_file",
     "MemoryStagingStore": "reference.staging_memory",
+    "RedisStagingStore": "reference.staging_redis",
     "FileLineageResolver": "reference.lineage",
     "MemoryLineageResolver": "reference.lineage",
     "RedisLineageResolver": "reference.lineage",

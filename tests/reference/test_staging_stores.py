@@ -1,7 +1,9 @@
-"""Tests of the reference staging stores: MemoryStagingStore and FileStagingStore alike.
+"""Tests of the reference staging stores: MemoryStagingStore, FileStagingStore and
+RedisStagingStore alike.
 
-Every test of the first part runs on both stores; the file store's own tests (other processes,
-file system errors, damaged files) follow.
+Every test of the first part runs on every store, the Redis one on a real server; the file
+store's own tests (other processes, file system errors, damaged files) follow. The Redis
+store's own tests are in ``tests/redis/test_redis_staging_store.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec.staged_calls import FLOAT32_MAX, FLOAT32_TINIEST, call_fields
 
-from reference import FileStagingStore, MemoryStagingStore
+from reference import FileStagingStore, MemoryStagingStore, RedisStagingStore
 from tokcap_spec.staging import (
     StagedCallBaseSnapshot,
     StagedCallCorruptError,
@@ -33,7 +35,7 @@ from tokcap_spec.staging import (
     staging_key,
 )
 
-Store = MemoryStagingStore | FileStagingStore
+Store = MemoryStagingStore | FileStagingStore | RedisStagingStore
 
 
 def record(
@@ -54,14 +56,13 @@ def assert_missing(store: Store, key: str) -> None:
         store.fetch([key])
 
 
-@pytest.fixture(params=["memory", "file"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    if request.param == "memory":
-        return MemoryStagingStore()
-    return FileStagingStore(tmp_path / "staging")
+@pytest.fixture
+def store(staging_store: Store) -> Store:
+    """Each reference staging store in turn (``staging_store`` in ``tests/conftest.py``)."""
+    return staging_store
 
 
-# --- both stores ----------------------------------------------------------------------------
+# --- every store ----------------------------------------------------------------------------
 
 
 def test_a_store_is_a_staging_sink_and_source(store: Store) -> None:
