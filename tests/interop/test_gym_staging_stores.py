@@ -1,12 +1,13 @@
 """NeMo Gym 0.7.0's own staging code accepts what the reference staging stores stage and fetch.
 
 Gym's worker-side capture (``RolloutTokenCapture``, installed with ``install_capture``) stages
-two calls of a rollout, root and child, through each store and returns its commit coordinates;
-the coordinates become Gym's manifest rows and receipt. The rows fetched back through the store
-are then judged by Gym alone: each is validated as Gym's ``StagedCallBaseSnapshot`` (which
-recomputes the digest with Gym's ``compute_staging_digest``), and ``verify_and_linearize``
-checks them against the receipt (fields, digests, the chain and cumulative hashes, the mask
-order) and rebuilds the training row, whose floats must be the ones generated, bit for bit.
+two calls of a rollout, root and child, through each store (the Redis one on a real server) and
+returns its commit coordinates; the coordinates become Gym's manifest rows and receipt. The
+rows fetched back through the store are then judged by Gym alone: each is validated as Gym's
+``StagedCallBaseSnapshot`` (which recomputes the digest with Gym's ``compute_staging_digest``),
+and ``verify_and_linearize`` checks them against the receipt (fields, digests, the chain and
+cumulative hashes, the mask order) and rebuilds the training row, whose floats must be the
+ones generated, bit for bit.
 
 Gym's records and tokcap's are two classes of one wire format, so the only glue is
 :class:`GymSink`, which carries a record and a result across by their fields, as a framework
@@ -25,10 +26,10 @@ from typing import Any
 import pytest
 from spec.staged_calls import FLOAT32_MAX, FLOAT32_TINIEST
 
-from reference import FileStagingStore, MemoryStagingStore
+from reference import FileStagingStore, MemoryStagingStore, RedisStagingStore
 from tokcap_spec.staging import StagedCallRecord, distinct_staging_key, extras_digest
 
-Store = MemoryStagingStore | FileStagingStore
+Store = MemoryStagingStore | FileStagingStore | RedisStagingStore
 WEIGHT_VERSION = 7
 
 
@@ -43,11 +44,10 @@ def gym(gym_root: Path) -> SimpleNamespace:
     )
 
 
-@pytest.fixture(params=["memory", "file"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    if request.param == "memory":
-        return MemoryStagingStore()
-    return FileStagingStore(tmp_path / "staging")
+@pytest.fixture
+def store(staging_store: Store) -> Store:
+    """Each reference staging store in turn (``staging_store`` in ``tests/conftest.py``)."""
+    return staging_store
 
 
 class GymSink:
