@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 hookimpl = HookimplMarker("pytest")
 
 __all__ = [
+    "DEFAULT_CONTRACT",
     "DEFAULT_ENTRY_CLASS",
     "DEFAULT_FENCE",
     "DEFAULT_PROFILE",
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 # Each option's default lives here alone: the settings, the Python call and --help read it.
+DEFAULT_CONTRACT = "capture"
 DEFAULT_SEED = 1729
 DEFAULT_ENTRY_CLASS = "tokcap_spec.records:TokenEntry"
 DEFAULT_FENCE: Final = "any"
@@ -49,7 +51,7 @@ DEFAULT_TIMEOUTS = {"quick": 30.0, "ci": 30.0, "thorough": 120.0}
 correct network store needs, and small enough that a hang costs a CI job minutes, not hours."""
 
 _HOME = Path(__file__).resolve().parent
-_TARGETS = ("sink", "source", "config")
+_TARGETS = ("sink", "source", "config", "contract", "staging-sink", "staging-source")
 _KIT_PLUGIN = "conformance._pytest_wing.plugin"
 
 
@@ -99,6 +101,13 @@ class Option:
 
 OPTIONS = (
     Option(
+        "contract",
+        "the contract to judge: capture (TokenSink and TokenSource) or staging-v2 (NeMo Gym "
+        "0.7.0's StagingSink and StagingSource)",
+        DEFAULT_CONTRACT,
+        choices=(DEFAULT_CONTRACT, "staging-v2"),
+    ),
+    Option(
         "sink",
         "the TokenSink to judge, as module.path:ClassName",
         "none: the kit is inert",
@@ -133,6 +142,31 @@ OPTIONS = (
         "lineage-kwargs",
         "JSON object of keyword arguments for the lineage resolver",
         "the sink kwargs",
+        metavar="JSON",
+    ),
+    Option(
+        "staging-sink",
+        "the StagingSink to judge under --tokcap-contract=staging-v2, as module.path:ClassName",
+        "none",
+        metavar="MODULE:CLASS",
+    ),
+    Option(
+        "staging-sink-kwargs",
+        "JSON object of keyword arguments for the staging sink; '{tmp_path}' is replaced by a "
+        "fresh directory",
+        "{}",
+        metavar="JSON",
+    ),
+    Option(
+        "staging-source",
+        "the StagingSource to judge, as module.path:ClassName",
+        "the staging sink target, for one class that is both",
+        metavar="MODULE:CLASS",
+    ),
+    Option(
+        "staging-source-kwargs",
+        "JSON object of keyword arguments for the staging source",
+        "the staging sink kwargs",
         metavar="JSON",
     ),
     Option(

@@ -20,7 +20,10 @@ from conformance._settings import KitSettings
 from conformance._violation import ClauseViolation
 from tokcap_spec.errors import EndpointError
 
-__all__ = ["ORDER", "STRUCTURAL", "first_broken"]
+__all__ = ["ORDER", "STAGING_ORDER", "STRUCTURAL", "first_broken"]
+
+_BUILDS = {False: "BUILD-1", True: "STAGE-2"}
+"""The clause a target that cannot be built or used at all breaks, by contract."""
 
 ORDER = (
     "shapes",
@@ -36,7 +39,10 @@ ORDER = (
 """The basics by name, in the order they are tried; each is registered beside its family's
 checks with :func:`conformance._registry.basic`."""
 
-STRUCTURAL = frozenset({"SHAPE-1", "SHAPE-2", "BUILD-1", "BUILD-2"})
+STAGING_ORDER = ("staging-shapes", "staging-builds", "staging-round-trip")
+"""The basics of the staging contract, in the order they are tried."""
+
+STRUCTURAL = frozenset({"SHAPE-1", "SHAPE-2", "BUILD-1", "BUILD-2", "STAGE-1", "STAGE-2"})
 """Clauses about what the target is, not what it does: only the shape and build basics apply."""
 
 _outcomes: dict[tuple[int, str], tuple[KitSettings, ClauseViolation | None]] = {}
@@ -48,7 +54,8 @@ def first_broken(settings: KitSettings, clause: str = "") -> ClauseViolation | N
     For a ``clause`` in :data:`STRUCTURAL` only the basics of shape and construction count.
     """
     registered = basics_by_name()
-    names = ORDER[:2] if clause in STRUCTURAL else ORDER
+    order = STAGING_ORDER if settings.staging else ORDER
+    names = order[:2] if clause in STRUCTURAL else order
     for name in names:
         found = registered[name]
         known = _outcomes.get((id(settings), name))
@@ -73,7 +80,9 @@ def _broken(kit: Kit, found: Basic) -> ClauseViolation | None:
     except Unreadable as problem:
         return step.unreadable(problem, kit)
     except EndpointError as exc:
-        return unexpected_error("BUILD-1", "building the target", exc, kit)
+        return unexpected_error(_BUILDS[kit.settings.staging], "building the target", exc, kit)
     except Exception as exc:
-        return unexpected_error("BUILD-1", "a plain use of the target", exc, kit)
+        return unexpected_error(
+            _BUILDS[kit.settings.staging], "a plain use of the target", exc, kit
+        )
     return None

@@ -30,7 +30,8 @@ from tokcap_spec.errors import EndpointError
 from tokcap_spec.protocols import TokenSink, TokenSource
 from tokcap_spec.redaction import redact
 
-__all__ = ["LINEAGE_ROLE", "NO_LINEAGE", "Endpoint", "Kit", "build_endpoint", "run_token"]
+__all__ = ["LINEAGE_ROLE", "NO_LINEAGE", "Endpoint", "Kit", "PlainEndpoint", "build_endpoint"]
+__all__ += ["run_token"]
 
 T = TypeVar("T")
 
@@ -61,6 +62,9 @@ _PROTOCOLS: dict[str, type] = {
     "sink": TokenSink,
     "source": TokenSource,
     LINEAGE_ROLE: LineageResolverCalls,
+    # What a staging sink or source has is STAGE-1's to judge, method by method.
+    "staging sink": object,
+    "staging source": object,
 }
 
 
@@ -95,17 +99,32 @@ class Endpoint:
         def call(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
             with self._kit.watch.call([name]):
-                result = method(*args, **kwargs)
-                if not inspect.isawaitable(result):
-                    fail(
-                        "SHAPE-1",
-                        expected=f"{self.role}.{name}() to return an awaitable",
-                        observed=f"it returned {type(result).__name__}",
-                        hint="declare every protocol method with 'async def'",
-                    )
-                return self._kit.loop.run_until_complete(_as_coroutine(result))
+                return self._answer(name, method(*args, **kwargs))
 
         return call
+
+    def _answer(self, name: str, result: Any) -> Any:
+        """What a call of ``name`` that returned ``result`` answers: the awaited result."""
+        __tracebackhide__ = True
+        if not inspect.isawaitable(result):
+            fail(
+                "SHAPE-1",
+                expected=f"{self.role}.{name}() to return an awaitable",
+                observed=f"it returned {type(result).__name__}",
+                hint="declare every protocol method with 'async def'",
+            )
+        return self._kit.loop.run_until_complete(_as_coroutine(result))
+
+
+class PlainEndpoint(Endpoint):
+    """A staging sink or source the kit built, its plain methods called within the deadline.
+
+    ``endpoint.stage(record)`` returns what the implementation's ``stage`` returns; what that
+    is, the staging steps judge (:mod:`conformance._staging.steps`).
+    """
+
+    def _answer(self, name: str, result: Any) -> Any:
+        return result
 
 
 class Kit:
@@ -206,6 +225,22 @@ class Kit:
         kwargs = dict(self.settings.lineage_kwargs)
         return self._open(self.settings.lineage, kwargs, LINEAGE_ROLE)
 
+    def staging_sink(self) -> PlainEndpoint:
+        """Build a fresh staging sink from the target string and kwargs."""
+        return self._open_plain(self.settings.sink, dict(self.settings.sink_kwargs), "sink")
+
+    def staging_source(self) -> PlainEndpoint:
+        """Build a fresh staging source from the target string and kwargs."""
+        return self._open_plain(self.settings.source, dict(self.settings.source_kwargs), "source")
+
+    def _open_plain(self, target: str, kwargs: dict[str, Any], role: str) -> PlainEndpoint:
+        __tracebackhide__ = True
+        kind = f"staging {role}"
+        with self.watch.call([f"{constructions.PREFIX}{target}"]):
+            endpoint = PlainEndpoint(self, build_endpoint(target, kwargs, kind), kind)
+        self._opened.append(endpoint)
+        return endpoint
+
     def sink_for(self, rollout_id: str) -> Endpoint:
         """A sink of this check's spares that was never handed out for ``rollout_id``.
 
@@ -257,6 +292,8 @@ class Kit:
             if id(endpoint.raw) in seen:
                 continue
             seen.add(id(endpoint.raw))
+            if isinstance(endpoint, PlainEndpoint) and not endpoint.has("close"):
+                continue  # The staging protocol has no close; a store may offer one.
             if self.watch.abandoned is not None:
                 errors.append(f"{endpoint.role} not closed: {self.watch.abandoned}")
                 continue

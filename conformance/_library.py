@@ -38,7 +38,7 @@ from conformance._settings import (
     SettingsError,
     resolve_settings,
 )
-from conformance.catalog import CLAUSES, KIT, KIT_FAMILIES
+from conformance.catalog import CAPTURE, CLAUSES, KIT, KIT_FAMILIES
 
 __all__ = ["TargetError", "run_conformance", "run_conformance_async"]
 
@@ -193,10 +193,15 @@ def _fresh(scratch: Path, name: str) -> Path:
     return folder
 
 
+def _capture_checks() -> list[Check]:
+    """Every check of the capture contract, the one the library judges."""
+    return [found for found in all_checks() if found.contract == CAPTURE]
+
+
 def _selected(select: Iterable[str]) -> list[Check]:
     """The checks ``select`` names (check ids, clause ids, families); every check if none."""
     names = _names(select, "select")
-    checks = all_checks()
+    checks = _capture_checks()
     if not names:
         return checks
     kit_clauses = {found.id for found in CLAUSES if found.checked_by == KIT}
@@ -251,7 +256,7 @@ def _judge(
         stop_checks()
         verdicts.constructions += constructions.take()
         restore()
-    complete = len(chosen) == len(all_checks())
+    complete = len(chosen) == len(_capture_checks())
     verdicts.run.finish(
         "complete" if complete else "partial", "" if complete else "a selection of the checks"
     )

@@ -97,13 +97,7 @@ def probe_target(settings: KitSettings) -> float:
 def _probe(settings: KitSettings) -> float:
     seen = set()
     slowest = 0.0
-    targets = [
-        ("sink", settings.sink, settings.sink_kwargs),
-        ("source", settings.source, settings.source_kwargs),
-    ]
-    if settings.lineage:
-        targets.append(("lineage", settings.lineage, settings.lineage_kwargs))
-    for role, target, kwargs in targets:
+    for role, target, kwargs in settings.targets():
         if (target, repr(sorted(kwargs.items()))) in seen:
             continue
         seen.add((target, repr(sorted(kwargs.items()))))

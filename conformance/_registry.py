@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from conformance.catalog import KIT_FAMILIES, family_of, position
+from conformance.catalog import CAPTURE, KIT_FAMILIES, contract_of, family_of, position
 
 if TYPE_CHECKING:
     from conformance._kit import Kit
@@ -102,6 +102,12 @@ class Check:
     def family(self) -> str | None:
         """The family of the primary clause, ``PUT`` for ``PUT-3``; None without one."""
         return None if self.clause is None else family_of(self.clause)
+
+    @property
+    def contract(self) -> str:
+        """The contract the check judges: its family's, or the capture contract's for the
+        checks of :data:`MODEL_GROUP`."""
+        return CAPTURE if self.family is None else contract_of(self.family)
 
     @property
     def group(self) -> str:

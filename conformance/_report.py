@@ -19,10 +19,10 @@ from typing import Any
 from xml.etree import ElementTree
 
 from conformance._notices import REAL_STORE
-from conformance._registry import FAMILIES, family_of
+from conformance._registry import family_of
 from conformance._secrecy import scrub
 from conformance._settings import KitSettings
-from conformance.catalog import position
+from conformance.catalog import families_of, position
 
 __all__ = ["OUTCOMES", "REPORT_FORMAT", "STATUSES", "ClauseRecord", "Run", "Verdicts"]
 
@@ -161,7 +161,7 @@ class Verdicts:
     def by_family(self) -> dict[str, dict[str, int]]:
         """Count clauses by outcome within each family, in catalog order."""
         table: dict[str, dict[str, int]] = {}
-        for family in FAMILIES:
+        for family in families_of(self.settings.contract):
             members = [e for c, e in self.clauses.items() if family_of(c) == family]
             if members:
                 table[family] = {o: sum(e.outcome == o for e in members) for o in OUTCOMES}
@@ -192,6 +192,8 @@ class Verdicts:
             "run": self.run.as_json(),
             "kit_version": self.kit_version,
             "spec": self.spec,
+            "contract": self.settings.contract,
+            "contract_revision": self.spec,
             "profile": self.settings.profile,
             "timeout_seconds": self.settings.timeout,
             "target": target,
@@ -221,7 +223,8 @@ class Verdicts:
             f"started {run['started']}, {run['duration_seconds']} s; profile "
             f"{data['profile']}, seed {data['seed']}, timeout {data['timeout_seconds']:g} s",
             "",
-            f"kit {data['kit_version']}, spec {data['spec']}, report format "
+            f"kit {data['kit_version']}, contract {data['contract']} revision "
+            f"{data['contract_revision']}, report format "
             f"{data['report_format']}, fence {data['target']['fence']}, "
             f"capabilities: {', '.join(data['target']['capabilities']) or 'none'}"
             + (f"; {versions}" if versions else ""),

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tokcap_pytest import (
+    DEFAULT_CONTRACT,
     DEFAULT_ENTRY_CLASS,
     DEFAULT_FENCE,
     DEFAULT_PROFILE,
@@ -29,6 +30,8 @@ from tokcap_pytest import (
 
 __all__ = [
     "CAPABILITIES",
+    "CONTRACTS",
+    "DEFAULT_CONTRACT",
     "DEFAULT_ENTRY_CLASS",
     "DEFAULT_FENCE",
     "DEFAULT_PROFILE",
@@ -44,6 +47,7 @@ __all__ = [
 
 _CHOICES = {option.name: option.choices for option in OPTIONS}
 CAPABILITIES = _CHOICES["capability"]
+CONTRACTS = _CHOICES["contract"]
 FENCES = _CHOICES["fence"]
 PROFILES = _CHOICES["profile"]
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -81,6 +85,9 @@ class KitSettings:
     rollouts (their ids unique to this run) stay in it."""
     tmp_path: str = ""
     """The folder ``{tmp_path}`` in the kwargs became, or ``""`` when they do not use it."""
+    contract: str = DEFAULT_CONTRACT
+    """The contract judged. Under ``staging-v2``, ``sink`` and ``source`` (and their kwargs)
+    are the staging sink and source the run names."""
 
     def __post_init__(self) -> None:
         if not self.source:
@@ -115,10 +122,30 @@ class KitSettings:
             "lineage": dict(self.lineage_kwargs),
         }
 
+    @property
+    def staging(self) -> bool:
+        """Whether the run judges the staging contract rather than the capture contract."""
+        return self.contract != DEFAULT_CONTRACT
+
     def roles(self) -> list[tuple[str, str]]:
-        """``(role, target)`` of every implementation the run judges: sink, source, lineage."""
+        """``(role, target)`` of every implementation the run judges: sink, source, lineage
+        (``staging-sink`` and ``staging-source`` under the staging contract); a role is also
+        the name of the option that names it."""
+        if self.staging:
+            return [("staging-sink", self.sink), ("staging-source", self.source)]
         roles = [("sink", self.sink), ("source", self.source)]
         return [*roles, ("lineage", self.lineage)] if self.lineage else roles
+
+    def targets(self) -> list[tuple[str, str, Mapping[str, Any]]]:
+        """``(role, target, kwargs)`` of every implementation the run judges, as :meth:`roles`."""
+        kwargs = {
+            "sink": self.sink_kwargs,
+            "source": self.source_kwargs,
+            "lineage": self.lineage_kwargs,
+        }
+        return [
+            (role, target, kwargs[role.removeprefix("staging-")]) for role, target in self.roles()
+        ]
 
     def claims(self, capability: str) -> bool:
         """Return whether the user declared ``capability``."""
@@ -144,11 +171,18 @@ def resolve_settings(
             if value not in (None, "", []):
                 raw[option.name] = (value, where)
                 break
-    if "sink" not in raw and "config" not in raw:
-        if "source" in raw:
-            _, where = raw["source"]
+    if "sink" not in raw and "config" not in raw and "staging-sink" not in raw:
+        for orphan, needs in (
+            ("source", "--tokcap-sink or --tokcap-config"),
+            ("staging-source", "--tokcap-staging-sink"),
+        ):
+            if orphan in raw:
+                raise SettingsError(f"--tokcap-{orphan} (from {raw[orphan][1]}) needs {needs}")
+        if _choice(raw, "contract", CONTRACTS, DEFAULT_CONTRACT) != DEFAULT_CONTRACT:
+            contract, where = raw["contract"]
             raise SettingsError(
-                f"--tokcap-source (from {where}) needs --tokcap-sink or --tokcap-config"
+                f"--tokcap-contract={contract} (from {where}) needs the staging sink to judge: "
+                "pass --tokcap-staging-sink=module.path:ClassName"
             )
         return None
     return _build(raw, _Scratch(scratch))
@@ -184,33 +218,99 @@ class _Scratch:
 
 
 def _build(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
-    profile = _choice(raw, "profile", PROFILES, DEFAULT_PROFILE)
+    if _choice(raw, "contract", CONTRACTS, DEFAULT_CONTRACT) != DEFAULT_CONTRACT:
+        return _build_staging(raw, tmp_root)
+    for name in _STAGING_ONLY:
+        if name in raw:
+            raise SettingsError(
+                f"--tokcap-{name} (from {raw[name][1]}) names what the staging contract judges: "
+                "pass --tokcap-contract=staging-v2 (env TOKCAP_CONTRACT, ini tokcap_contract) "
+                "with it"
+            )
     allow_real_store = _switch(raw, "allow-real-store")
     sink, sink_kwargs, config_path, real_store = _sink_target(raw, tmp_root, allow_real_store)
     source = _target(raw, "source") if "source" in raw else ""
-    source_kwargs = (
-        _kwargs(raw, "source-kwargs", tmp_root) if "source-kwargs" in raw else dict(sink_kwargs)
-    )
     lineage, lineage_kwargs = _lineage_target(raw, tmp_root, sink_kwargs)
-    return KitSettings(
+    return _shared(
+        raw,
+        tmp_root,
         sink=sink,
         sink_kwargs=sink_kwargs,
         source=source or sink,
-        source_kwargs=source_kwargs,
+        source_kwargs=_source_kwargs(raw, "source-kwargs", tmp_root, sink_kwargs),
         lineage=lineage,
         lineage_kwargs=lineage_kwargs,
-        fence=_choice(raw, "fence", FENCES, DEFAULT_FENCE),  # type: ignore[arg-type]
+        fence=_choice(raw, "fence", FENCES, DEFAULT_FENCE),
+        config=config_path,
+        entry_class=_entry_class(raw),
+        real_store=real_store,
+    )
+
+
+_STAGING_ONLY = ("staging-sink", "staging-sink-kwargs", "staging-source", "staging-source-kwargs")
+_CAPTURE_ONLY = (
+    "sink",
+    "sink-kwargs",
+    "source",
+    "source-kwargs",
+    "lineage",
+    "lineage-kwargs",
+    "config",
+    "allow-real-store",
+    "fence",
+    "entry-class",
+)
+
+
+def _build_staging(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
+    """The settings of a staging-v2 run: the staging sink and source, and the shared rules."""
+    contract, where = raw["contract"]
+    for name in _CAPTURE_ONLY:
+        if name in raw:
+            raise SettingsError(
+                f"--tokcap-{name} (from {raw[name][1]}) is a setting of the capture contract, "
+                f"but --tokcap-contract={contract} (from {where}) judges a staging sink: name "
+                "it with --tokcap-staging-sink and --tokcap-staging-sink-kwargs"
+            )
+    if "staging-sink" not in raw:
+        raise SettingsError(
+            f"--tokcap-contract={contract} (from {where}) needs the staging sink to judge: "
+            "pass --tokcap-staging-sink=module.path:ClassName"
+        )
+    sink = _target(raw, "staging-sink")
+    sink_kwargs = _kwargs(raw, "staging-sink-kwargs", tmp_root)
+    source = _target(raw, "staging-source") if "staging-source" in raw else sink
+    return _shared(
+        raw,
+        tmp_root,
+        sink=sink,
+        sink_kwargs=sink_kwargs,
+        source=source,
+        source_kwargs=_source_kwargs(raw, "staging-source-kwargs", tmp_root, sink_kwargs),
+        contract=str(contract),
+    )
+
+
+def _source_kwargs(
+    raw: dict[str, tuple[Any, str]], name: str, tmp_root: _Scratch, sink_kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """The source's kwargs: given under ``name``, else the sink's."""
+    return _kwargs(raw, name, tmp_root) if name in raw else dict(sink_kwargs)
+
+
+def _shared(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch, **fields: Any) -> KitSettings:
+    """The settings with ``fields`` and the rules both contracts share."""
+    profile = _choice(raw, "profile", PROFILES, DEFAULT_PROFILE)
+    return KitSettings(
         capabilities=_capabilities(raw),
         seed=_seed(raw),
         seed_given="seed" in raw,
         profile=profile,
         report=_path(raw, "report"),
         report_md=_path(raw, "report-md"),
-        config=config_path,
-        entry_class=_entry_class(raw),
         timeout=_timeout(raw, profile),
-        real_store=real_store,
         tmp_path=tmp_root.made,
+        **fields,
     )
 
 

@@ -15,13 +15,19 @@ import difflib
 from dataclasses import dataclass
 
 __all__ = [
+    "CAPTURE",
     "CLAUSES_DOC",
     "CLAUSES",
+    "CONTRACTS",
+    "CONTRACT_DIFFERENCES",
+    "STAGING",
     "FAMILY_TITLES",
     "KIT",
     "KIT_FAMILIES",
     "Clause",
     "clause",
+    "contract_of",
+    "families_of",
     "family_of",
     "position",
 ]
@@ -48,8 +54,59 @@ FAMILY_TITLES = {
     "LINEAGE": "Lineage",
     "CFG": "Config",
     "CONS": "Consumer",
+    "STAGE": "Staging",
 }
 """Every clause family in catalog order, with the title the docs give it."""
+
+
+CONTRACTS = ("capture", "staging-v2")
+"""The contracts the kit judges, the default first: ``--tokcap-contract`` takes one of these."""
+CAPTURE, STAGING = CONTRACTS
+
+_STAGING_FAMILIES = ("STAGE",)
+
+CONTRACT_DIFFERENCES: tuple[tuple[str, str, str], ...] = (
+    ("methods", "coroutines (`async def`)", "plain methods, called from worker threads"),
+    (
+        "unknown record fields",
+        "kept and carried along (REC-1)",
+        "refused when a staged record is validated: it forbids them",
+    ),
+    (
+        "floats",
+        "float64, `-inf` log probs allowed; identity is every float64 bit",
+        "finite only; committed to as float32 bits, so values equal after float32 rounding "
+        "are one call (STAGE-7, STAGE-9)",
+    ),
+    ("token ids", "int32", "u64, 0 to 2**64 - 1 (STAGE-9)"),
+    (
+        "what a write holds",
+        "one whole call (`TokenEntry`)",
+        "one call's token delta on its parent's, tied by chain and cumulative hashes",
+    ),
+    (
+        "identity of a write",
+        "`(rollout_id, model_call_id)`; a different re-put marks the rollout incomplete",
+        "the returned staging key; a different re-stage is refused or keyed apart (STAGE-7)",
+    ),
+    (
+        "errors",
+        "raised",
+        "`stage` reports them in its result and never raises; `fetch` raises (STAGE-4, STAGE-8)",
+    ),
+    (
+        "retire",
+        "freeze, then drop the exact snapshot",
+        "none: the framework owns the rows' lifetime",
+    ),
+)
+"""Where the two contracts differ: ``(aspect, capture, staging-v2)``, rendered in the docs."""
+
+
+def contract_of(family: str) -> str:
+    """Return the contract a clause family belongs to: :data:`STAGING` for ``STAGE``, else
+    :data:`CAPTURE`."""
+    return STAGING if family in _STAGING_FAMILIES else CAPTURE
 
 
 def family_of(clause_id: str) -> str:
@@ -1300,6 +1357,274 @@ CLAUSES: tuple[Clause, ...] = (
         how_broken="Rebuilding and dropping whatever the setting says.",
         checked_by=_CONSUMER_TESTS,
     ),
+    Clause(
+        id="STAGE-1",
+        family="STAGE",
+        title="Plain methods, well-formed answers",
+        promise=(
+            "The staging sink has a plain method `stage(record, *, attachments=None)` and the "
+            "staging source a plain method `fetch(staging_keys)`; neither is a coroutine "
+            "function. `stage` answers a `StageResult`, or an object with its `ok`, "
+            "`staging_key` and `error`: `ok` a bool, with a non-empty string key when it is "
+            "true and a non-empty error when it is false. `fetch` answers a list."
+        ),
+        why=(
+            "Gym calls `stage` from a completion thread while it answers the request and reads "
+            "the result at once. A coroutine it never awaits stages nothing, and a result "
+            "without a key leaves the trainer nothing to fetch the call by: the turn is lost "
+            "from training."
+        ),
+        how_broken=(
+            "An `async def stage` copied from a capture sink; returning a bare key or a dict; "
+            "`ok=True` with an empty key; `ok=False` with no error."
+        ),
+        hazards=(
+            "Each method inspected on the instance; results of a valid call, of a call the "
+            "sink must refuse, and of a re-stage, each read as Gym reads a result."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="STAGE-2",
+        family="STAGE",
+        title="Built from the target and kwargs, anywhere",
+        promise=(
+            "The sink and the source are built from their `module:Class` target and JSON "
+            "kwargs alone: in the process running the kit, and in a freshly spawned "
+            "interpreter, with other instances on the same store open at the same time."
+        ),
+        why=(
+            "Gym builds the staging sink inside each inference worker from its config, and the "
+            "trainer builds the source in its own process. A store that needs an object passed "
+            "in, or state set up by the process that made it, does not exist where the calls "
+            "arrive."
+        ),
+        how_broken=(
+            "Constructors taking a live client; a module-level connection made before the "
+            "fork; a lock file that a second instance cannot open."
+        ),
+        hazards=(
+            "Several instances in one process; instances built in spawned interpreters from "
+            "the same target and kwargs (unless the run declares `process-local`)."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="STAGE-3",
+        family="STAGE",
+        title="Durable once ok",
+        promise=(
+            "Once `stage` returned ok, a source built afterwards, in another process, fetches "
+            "the call's row under the key it returned. With the `process-local` capability "
+            "declared, a source built afterwards in the same process does."
+        ),
+        why=(
+            "Gym records the key in its token-free ledger as soon as `stage` answers, and "
+            "verification at the rollout's end fetches by it. A row that was only in the "
+            "sink's memory, or in a buffer not yet written, fails verification and the rollout "
+            "is dropped from training, or the trainer stalls waiting for it."
+        ),
+        how_broken=(
+            "Answering ok before the write is flushed or acknowledged; writing to a per-process "
+            "cache; a source that reads only what its own instance staged."
+        ),
+        hazards=(
+            "Roots and children of several rollouts, long and short deltas, with and without "
+            "extras and attachments, fetched by a fresh source in a spawned interpreter."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="STAGE-4",
+        family="STAGE",
+        title="Report, never raise; a refusal stores nothing",
+        promise=(
+            "`stage` never raises, whatever it is handed. A record that is not a valid staged "
+            "call (its digest not that of its fields, extras that do not match their digest, "
+            "not a record at all) "
+            "is refused with ok false and an error, as is a call the sink cannot store whole "
+            "(attachments it does not take, a storage failure); nothing of a refused call "
+            "becomes fetchable: the same ids staged correctly afterwards are ok, and fetch the "
+            "correct call."
+        ),
+        why=(
+            "An exception out of `stage` fails Gym's capture of the whole request, not one "
+            "staged call. A refused call that leaves a partial row behind is worse: the next, "
+            "correct stage of those ids is refused as a conflicting re-stage, or the trainer "
+            "fetches the half-written row."
+        ),
+        how_broken=(
+            "Letting a validation or client error propagate; writing the row before checking "
+            "it; keeping a reservation for the key after the write failed."
+        ),
+        hazards=(
+            "A record whose digest does not match its fields, one whose extras do not match "
+            "their digest, a plain dict of valid fields, `None`; "
+            "attachments that are a list, or keyed by ints; each handed over unvalidated and "
+            "followed by a correct stage of the same ids."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="STAGE-5",
+        family="STAGE",
+        title="Keys stable and distinct",
+        promise=(
+            "A valid call stages ok whatever its ids hold (`/`, `%` and escape sequences, other "
+            "separators, non-ASCII text, case differences, long ids), under a key that is the "
+            "same every time the call with those ids is staged, by any instance, and distinct "
+            "for distinct `(rollout_id, model_call_id)` pairs."
+        ),
+        why=(
+            "The key is the only way back to a call. Two calls sharing one either overwrite "
+            "each other or refuse each other, and a key that changes between a stage and its "
+            "re-stage strands the first row: either way a turn's tokens are lost or taken from "
+            "another call."
+        ),
+        how_broken=(
+            "Joining the ids with `/` or another separator; escaping `/` but not `%`; hashing a "
+            "truncated or case-folded id; a random key per stage."
+        ),
+        hazards=(
+            "Pairs the default `rollout/call` key confuses, pairs a `/`-only escape confuses "
+            "(`%2F` written literally), separators `:` `|` `-` `_`, ids differing only in case "
+            "or Unicode normalization, ids of hundreds of characters sharing a long prefix; the "
+            "same ids staged again by a second instance."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="STAGE-6",
+        family="STAGE",
+        title="Concurrent stages lose and mix nothing",
+        promise=(
+            "Calls staged at the same time from many threads of one instance, and from spawned "
+            "processes, are each kept whole: every ok key fetches exactly the call staged "
+            "under it, and no ok stage is lost."
+        ),
+        why=(
+            "Gym stages from several completion threads per worker and many workers per "
+            "trainer, never serialized for the sink. A store that loses a racing write, or "
+            "mixes two calls' columns, hands the trainer a delta that verification rejects or, "
+            "with a matching digest, a turn from the wrong call."
+        ),
+        how_broken=(
+            "A shared buffer or client used without a lock; read-modify-write of one document "
+            "holding several calls; an index file rewritten by each process."
+        ),
+        hazards=(
+            "Sixteen threads staging distinct calls of shared rollouts; threads staging the "
+            "same call at once; spawned processes staging into one store (unless the run "
+            "declares `process-local`)."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="STAGE-7",
+        family="STAGE",
+        title="Identical re-stage is a no-op; a different one is never swapped in",
+        promise=(
+            "Staging again the call a key holds (the same digest) is ok with the same key and "
+            "changes nothing. A different call with the same ids is never silently swapped in: "
+            "it is refused with ok false and the stored call kept, or it is given a key of its "
+            "own; an ok key always fetches the call staged under it."
+        ),
+        why=(
+            "Retries re-stage calls, so a re-stage must succeed. A different call under the "
+            "same ids means a bug or a replayed request; replacing the stored row changes a "
+            "turn the ledger already committed to, and keeping the old row while answering ok "
+            "hands the trainer tokens the caller never staged."
+        ),
+        how_broken=(
+            "Overwriting on every stage; answering ok whenever the key exists; comparing "
+            "floats with `==` so that `-0.0` and `0.0` look alike; comparing only the token "
+            "ids."
+        ),
+        hazards=(
+            "Identical re-stages from the same and a fresh instance; re-stages differing in one "
+            "token id, one mask, one log prob (`-0.0` for `0.0`, one float32 step), the weight "
+            "version, the extras, the parent; log probs equal after float32 rounding, which "
+            "digest alike and are the same call."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="STAGE-8",
+        family="STAGE",
+        title="Fetch answers every key, in order, or raises",
+        promise=(
+            "`fetch(keys)` returns one row per key, in the order asked, repeats included, and "
+            "an empty list for an empty list. If any key holds nothing it raises and returns "
+            "nothing: never a shorter list, a `None` or a placeholder."
+        ),
+        why=(
+            "Gym pairs rows with its ledger by position. A row out of order attaches one call's "
+            "tokens to another; a short list or a `None` makes verification fail on the wrong "
+            "call or, worse, lets a consumer skip the missing one silently."
+        ),
+        how_broken=(
+            "Returning rows in storage order; de-duplicating keys; dropping keys not found; "
+            "batching by node and concatenating the batches."
+        ),
+        hazards=(
+            "Keys reversed, shuffled and repeated, across rollouts; batches of hundreds; a "
+            "missing key first, in the middle, last, or alone."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="STAGE-9",
+        family="STAGE",
+        title="A fetched row is the staged call",
+        promise=(
+            "A fetched row validates as a `StagedCallBaseSnapshot` and carries the staged "
+            "call's every field: ids, lengths and token ids exactly (ids up to 2**64 - 1), "
+            "masks and log probs to their float32 bits (`-0.0` stays negative, subnormals stay "
+            "nonzero), the extras digest and the chain and cumulative hashes as staged, and the "
+            "digest, which recomputes from the row. It carries no extras."
+        ),
+        why=(
+            "Verification recomputes the digest from the row, so a field changed on the way "
+            "drops the rollout; and where a change survives float32 rounding unnoticed it is "
+            "because the digest commits to float32 bits, not to what the store kept. Token ids "
+            "parsed through a double lose their low bits above 2**53."
+        ),
+        how_broken=(
+            "JSON through a parser that reads big integers as doubles; `-0.0` written as `0`; "
+            "floats rounded to a few digits; Unicode ids normalized or re-encoded; extras left "
+            "in the row."
+        ),
+        hazards=(
+            "Token ids 0, 2**53 + 1 and 2**64 - 1; log probs `-0.0`, float32 subnormals, "
+            "values differing below float32 precision, deltas of thousands of tokens; non-ASCII "
+            "ids; nested extras."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="STAGE-10",
+        family="STAGE",
+        title="Other versions are refused",
+        promise=(
+            "A record of another schema version, digest version or extras digest version is "
+            "refused with ok false, even when it reaches the sink unvalidated, and nothing of "
+            "it is stored."
+        ),
+        why=(
+            "The digest layout is versioned: a row of another version is checked against the "
+            "wrong layout at the rollout's end, or passes for a call it is not. Refusing at "
+            "stage time turns a producer newer than its sink into a plain failed capture."
+        ),
+        how_broken=(
+            "Trusting the record's type and never reading the versions; accepting any version "
+            "at or below its own."
+        ),
+        hazards=(
+            "Schema version 1 and 3, digest version 1 and 3, extras digest version 2, each on "
+            "an otherwise valid record handed over unvalidated."
+        ),
+        checked_by=KIT,
+    ),
 )
 """Every contract clause, in catalog order."""
 
@@ -1312,6 +1637,11 @@ KIT_FAMILIES: tuple[str, ...] = tuple(
     if any(found.family == family and found.checked_by == KIT for found in CLAUSES)
 )
 """The families with a clause the kit checks, in catalog order: one kit test function each."""
+
+
+def families_of(contract: str) -> tuple[str, ...]:
+    """The families of :data:`KIT_FAMILIES` that belong to ``contract``, in catalog order."""
+    return tuple(family for family in KIT_FAMILIES if contract_of(family) == contract)
 
 
 def position(clause_id: str) -> int:

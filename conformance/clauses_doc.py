@@ -14,7 +14,14 @@ from pathlib import Path
 
 from conformance._registry import Check, all_checks
 from conformance._violation import ClauseViolation
-from conformance.catalog import CLAUSES, CLAUSES_DOC, FAMILY_TITLES, KIT, Clause
+from conformance.catalog import (
+    CLAUSES,
+    CLAUSES_DOC,
+    CONTRACT_DIFFERENCES,
+    FAMILY_TITLES,
+    KIT,
+    Clause,
+)
 
 __all__ = ["clause_section", "main", "render"]
 
@@ -103,17 +110,42 @@ config's `lineage_store`), built over the same store as the sink; without one it
 claimed. A resolver whose `is_process_shared()` answers False is not asked about puts made by
 other processes. `unresolved` is always allowed where no parent is proven: it only masks one
 rollout. A wrong `resolved` is never allowed.
+
+## Two contracts
+
+The kit judges one contract per run. **capture** (the default) is the `TokenSink` /
+`TokenSource` contract every family above STAGE describes. **staging-v2** is NeMo Gym 0.7.0's
+external staging path, judged with `--tokcap-contract=staging-v2
+--tokcap-staging-sink=module.path:ClassName` (and `--tokcap-staging-source` when the source is
+another class): an inference worker stages each model call's token delta into the framework's
+storage before it answers, and the trainer fetches the rows back by staging key. Only the
+STAGE family applies to it; the JSON report's `contract` and `contract_revision` say which
+contract a run judged and by which revision of this catalog.
+
+Deadlines, profiles, seeds, capabilities (`process-local` makes the STAGE checks that need
+another process not claimed), reports and secrecy work alike for both. Where the two
+contracts differ:
+
+{{differences}}
 """
 
 
 def render() -> str:
     """Return the full markdown of ``docs/clauses.md`` for the current catalog and checks."""
     checks = all_checks()
-    parts = [_INTRO, _contents()]
+    parts = [_INTRO.replace("{differences}", _differences()), _contents()]
     for family, title in FAMILY_TITLES.items():
         parts.append(f'<a id="family-{family.lower()}"></a>\n## {family}: {title}')
         parts.extend(clause_section(found, checks) for found in _members(family))
     return "\n\n".join(part.rstrip("\n") for part in parts) + "\n"
+
+
+def _differences() -> str:
+    rows = ["| | capture | staging-v2 |", "| --- | --- | --- |"]
+    rows += [
+        f"| {aspect} | {capture} | {staging} |" for aspect, capture, staging in CONTRACT_DIFFERENCES
+    ]
+    return "\n".join(rows)
 
 
 def _contents() -> str:

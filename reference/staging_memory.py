@@ -8,12 +8,18 @@ from reference._staging_store import KeyedStagingStore
 
 __all__ = ["MemoryStagingStore"]
 
+_NAMESPACES: dict[str, tuple[dict[str, bytes], threading.Lock]] = {}
+_NAMESPACES_LOCK = threading.Lock()
+
 
 class MemoryStagingStore(KeyedStagingStore):
     """A :class:`~tokcap_spec.staging.StagingSink` and ``StagingSource`` in process memory.
 
-    What it holds lives and dies with the object; other processes cannot see it. Every method
-    is safe to call from many threads at once. It keeps every promise
+    Without a ``namespace``, what it holds lives and dies with the object. Instances given the
+    same ``namespace`` share one store for the life of the process, so a source built later
+    fetches what an earlier sink staged (as the kit's ``process-local`` runs need). Other
+    processes never see it. Every method is safe to call from many threads at once. It keeps
+    every promise
     :class:`~reference.staging_file.FileStagingStore` keeps but durability:
 
     - ``stage`` never raises. It returns ``ok`` with the key
@@ -36,9 +42,17 @@ class MemoryStagingStore(KeyedStagingStore):
       changes nothing stored, and every row fetched is a new object.
     """
 
-    def __init__(self) -> None:
-        self._documents: dict[str, bytes] = {}
-        self._lock = threading.Lock()
+    def __init__(self, namespace: str | None = None) -> None:
+        if namespace is not None and not isinstance(namespace, str):
+            raise TypeError(f"namespace must be a str or None, got {type(namespace).__name__}")
+        if namespace is None:
+            self._documents: dict[str, bytes] = {}
+            self._lock = threading.Lock()
+        else:
+            with _NAMESPACES_LOCK:
+                self._documents, self._lock = _NAMESPACES.setdefault(
+                    namespace, ({}, threading.Lock())
+                )
 
     def _put_if_absent(self, key: str, document: bytes) -> bytes | None:
         with self._lock:

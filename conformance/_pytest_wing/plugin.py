@@ -215,6 +215,16 @@ def _collect_suite(config: pytest.Config) -> None:
         config.args[:] = [suite]
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> Any:
+    """Collect, of the kit's own test functions, those of the contract the run judges."""
+    settings = collector.config.stash.get(SETTINGS_KEY, None)
+    if settings is None or collector.path != SUITE:
+        return None
+    contract = getattr(obj, "tokcap_contract", settings.contract)
+    return [] if contract != settings.contract else None
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Module | None:
     """Collect the kit's module even where ``python_files`` would not match its name."""
     if file_path != SUITE or SETTINGS_KEY not in parent.config.stash:
@@ -235,20 +245,21 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         found = verdicts.distributions[role]
         return f"{found['name']} {found['version']}" if found["name"] else found["version"]
 
+    (sink_role, _), (source_role, _) = settings.roles()[:2]
     lines = [
-        f"tokcap {verdicts.kit_version} (spec {verdicts.spec}): judging "
-        f"sink {settings.sink} [{version('sink')}]",
-        f"tokcap: source {settings.source} [{version('source')}]",
+        f"tokcap {verdicts.kit_version} (spec {verdicts.spec}, contract {settings.contract}): "
+        f"judging {sink_role.replace('-', ' ')} {settings.sink} [{version(sink_role)}]",
+        f"tokcap: {source_role.replace('-', ' ')} {settings.source} [{version(source_role)}]",
         *(
             [f"tokcap: lineage {settings.lineage} [{version('lineage')}]"]
             if settings.lineage
             else []
         ),
-        f"tokcap: fence={settings.fence}"
-        f" capabilities={','.join(sorted(settings.capabilities)) or 'none'}"
+        ("tokcap:" if settings.staging else f"tokcap: fence={settings.fence}")
+        + f" capabilities={','.join(sorted(settings.capabilities)) or 'none'}"
         f" seed={settings.seed} profile={settings.profile} timeout={settings.timeout:g}s"
-        f" entry-class={settings.entry_class}"
-        f" sink-kwargs={','.join(sorted(settings.sink_kwargs)) or 'none'}",
+        + ("" if settings.staging else f" entry-class={settings.entry_class}")
+        + f" {sink_role}-kwargs={','.join(sorted(settings.sink_kwargs)) or 'none'}",
     ]
     if settings.config is not None:
         lines.append(f"tokcap: sink read from Gym config {settings.config}")

@@ -124,7 +124,9 @@ def _selection(hooks: VerdictHooks, verdicts: Verdicts) -> bool:
     from conformance._registry import all_checks
 
     unreported = hooks.selected - verdicts.reported
-    return bool(hooks.deselected or unreported or len(hooks.selected) < len(all_checks()))
+    contract = verdicts.settings.contract
+    judged = [found for found in all_checks() if found.contract == contract]
+    return bool(hooks.deselected or unreported or len(hooks.selected) < len(judged))
 
 
 @functools.cache

@@ -245,18 +245,34 @@ class TestVerdict:
 
 class TestSuite:
     def test_collected_kit_tests_are_the_registered_checks(self, pytester: pytest.Pytester) -> None:
-        """--co lists one kit test per registered check, as test_<group>[<id>], in order."""
-        result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", MEMORY, LOCAL, "--co", "-q"
-        )
-        collected = [
-            line.split("test_contract.py::", 1)[1]
-            for line in result.outlines
-            if "test_contract.py::" in line
-        ]
-        expected = [f"test_{found.group.lower()}[{found.id}]" for found in all_checks()]
-        assert collected == expected
-        assert len(collected) == len(checks_by_id())
+        """--co lists one kit test per registered check of the run's contract, as
+        test_<group>[<id>], in order; the two contracts' tests together are every check."""
+        runs = {
+            "capture": (MEMORY, LOCAL),
+            "staging-v2": (
+                "--tokcap-contract=staging-v2",
+                "--tokcap-staging-sink=reference:MemoryStagingStore",
+                LOCAL,
+            ),
+        }
+        total = 0
+        for contract, arguments in runs.items():
+            result = pytester.runpytest_subprocess(
+                "-p", "no:cacheprovider", *arguments, "--co", "-q"
+            )
+            collected = [
+                line.split("test_contract.py::", 1)[1]
+                for line in result.outlines
+                if "test_contract.py::" in line
+            ]
+            expected = [
+                f"test_{found.group.lower()}[{found.id}]"
+                for found in all_checks()
+                if found.contract == contract
+            ]
+            assert collected == expected
+            total += len(collected)
+        assert total == len(checks_by_id())
 
     def test_node_ids_keep_their_shape(self, pytester: pytest.Pytester) -> None:
         """Clause checks keep test_<family>[<CLAUSE>-<slug>]; the model-based one is

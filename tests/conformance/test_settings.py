@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +266,64 @@ def test_yaml_errors_do_not_quote_the_file(tmp_path: Path) -> None:
         resolve(cli={"config": str(path)})
     assert "line" in str(info.value)
     assert "pw-s3cr3t" not in str(info.value)
+
+
+class TestStagingContract:
+    def test_capture_is_the_default_contract(self) -> None:
+        """Without --tokcap-contract a run judges the capture contract, as before."""
+        settings = resolve(cli={"sink": "m:C"})
+        assert (settings.contract, settings.staging) == ("capture", False)
+        assert settings.roles() == [("sink", "m:C"), ("source", "m:C")]
+
+    def test_the_staging_sink_and_source_come_from_their_own_options(self) -> None:
+        """Under staging-v2 the staging targets are judged; the source defaults to the sink."""
+        settings = resolve(
+            cli={"contract": "staging-v2", "staging-sink": "m:S"},
+            env={"TOKCAP_STAGING_SINK_KWARGS": '{"url": "redis://:pw@h"}'},
+        )
+        assert (settings.contract, settings.staging) == ("staging-v2", True)
+        assert settings.roles() == [("staging-sink", "m:S"), ("staging-source", "m:S")]
+        assert dict(settings.source_kwargs) == {"url": "redis://:pw@h"}
+        other = resolve(
+            ini={
+                "contract": "staging-v2",
+                "staging-sink": "m:S",
+                "staging-source": "m:R",
+                "staging-source-kwargs": '{"b": 2}',
+            }
+        )
+        assert other.targets() == [("staging-sink", "m:S", {}), ("staging-source", "m:R", {"b": 2})]
+
+    @pytest.mark.parametrize(
+        ("given", "says"),
+        [
+            ({"staging-sink": "m:S"}, "--tokcap-contract=staging-v2"),
+            ({"sink": "m:C", "staging-source": "m:S"}, "--tokcap-contract=staging-v2"),
+            ({"contract": "staging-v2"}, "--tokcap-staging-sink"),
+            ({"contract": "staging-v2", "sink": "m:C"}, "capture contract"),
+            ({"contract": "staging-v2", "staging-sink": "m:S", "lineage": "m:L"}, "lineage"),
+            ({"contract": "staging-v3", "staging-sink": "m:S"}, "capture, staging-v2"),
+            ({"contract": "staging-v2", "staging-sink": "m"}, "module.path:ClassName"),
+            ({"staging-source": "m:S"}, "needs --tokcap-staging-sink"),
+        ],
+    )
+    def test_mixed_or_missing_targets_are_refused_naming_the_fix(
+        self, given: dict[str, str], says: str
+    ) -> None:
+        """Options of the other contract, a missing staging sink or an unknown contract are
+        refused with an error that names the option to pass."""
+        with pytest.raises(SettingsError, match=re.escape(says)):
+            resolve(cli=given)
+
+    def test_staging_kwargs_values_never_appear_in_errors(self) -> None:
+        """A malformed staging kwarg is refused by name and position, never by its value."""
+        with pytest.raises(SettingsError) as refused:
+            resolve(
+                cli={
+                    "contract": "staging-v2",
+                    "staging-sink": "m:S",
+                    "staging-sink-kwargs": '{"url": "redis://:hunter2@h"',
+                }
+            )
+        assert "hunter2" not in str(refused.value)
+        assert "--tokcap-staging-sink-kwargs" in str(refused.value)

@@ -36,3 +36,22 @@ def test_the_kit_passes_every_clause(pytester: pytest.Pytester, redis_url: str) 
     assert outcomes["passed"] > 0
     result.stdout.fnmatch_lines(["clauses: * passed, 0 failed, 0 skipped, 0 not claimed"])
     result.stdout.fnmatch_lines(["observed fence: strict"])
+
+
+@pytest.mark.slow
+def test_the_kit_passes_the_redis_staging_store(pytester: pytest.Pytester, redis_url: str) -> None:
+    """`--tokcap-contract=staging-v2` passes RedisStagingStore on one node and on a cluster,
+    its spawned-process checks included."""
+    kwargs = json.dumps({"url": redis_url, "namespace": "kit"})
+    result = pytester.runpytest_subprocess(
+        "--tokcap-contract=staging-v2",
+        "--tokcap-staging-sink=reference.staging_redis:RedisStagingStore",
+        f"--tokcap-staging-sink-kwargs={kwargs}",
+        "-p",
+        "no:cacheprovider",
+        timeout=600,
+    )
+    outcomes = result.parseoutcomes()
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    assert set(outcomes) <= {"passed", "warnings"}, outcomes
+    result.stdout.fnmatch_lines(["clauses: 10 passed, 0 failed, 0 skipped, 0 not claimed"])

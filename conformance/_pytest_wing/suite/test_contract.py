@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 import pytest
 
-from conformance._registry import GROUPS, Check, all_checks
+from conformance._registry import FAMILIES, GROUPS, Check, all_checks
+from conformance.catalog import CAPTURE, contract_of
 
 Run = Callable[[Check], None]
 Test = Callable[[Check, Run], None]
@@ -31,6 +32,8 @@ def _test_function(group: str, members: list[Check]) -> Test:
         tokcap_run(tokcap_check)
 
     test.__name__ = test.__qualname__ = f"test_{group.lower()}"
+    # The plugin collects only the functions of the contract the run judges.
+    test.tokcap_contract = CAPTURE if group not in FAMILIES else contract_of(group)  # type: ignore[attr-defined]
     test.__doc__ = f"Every registered check of the {group} group passes against the target."
     return test
 
