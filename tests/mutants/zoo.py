@@ -55,12 +55,17 @@ class JudgedStore:
     sink: str
     flags: tuple[str, ...] = ()
     kwargs: str | None = ROOT_KWARGS
+    contract: str = "capture"
+    """The contract the store is judged by; ``staging-v2`` names it the staging sink."""
 
     def arguments(self, report: str) -> list[str]:
         """Return the kit's command-line arguments for this target, writing ``report``."""
-        arguments = ["-p", "no:cacheprovider", "-p", "zoo_fast", f"--tokcap-sink={self.sink}"]
+        role = "sink" if self.contract == "capture" else "staging-sink"
+        arguments = ["-p", "no:cacheprovider", "-p", "zoo_fast", f"--tokcap-{role}={self.sink}"]
+        if self.contract != "capture":
+            arguments.append(f"--tokcap-contract={self.contract}")
         if self.kwargs is not None:
-            arguments.append(f"--tokcap-sink-kwargs={self.kwargs}")
+            arguments.append(f"--tokcap-{role}-kwargs={self.kwargs}")
         return [*arguments, *self.flags, f"--tokcap-report={report}"]
 
 
@@ -122,6 +127,17 @@ CORRECT = (
         ),
         kwargs=None,
     ),
+    JudgedStore("StagingBase", "staging_base:StagingBase", contract="staging-v2"),
+    JudgedStore(
+        "FileStagingStore", "reference.staging_file:FileStagingStore", contract="staging-v2"
+    ),
+    JudgedStore(
+        "MemoryStagingStore",
+        "reference.staging_memory:MemoryStagingStore",
+        ("--tokcap-capability=process-local",),
+        kwargs='{"namespace": "kit"}',
+        contract="staging-v2",
+    ),
 )
 """Stores that must pass the whole kit with no failed and no blocked clause."""
 
@@ -160,6 +176,7 @@ def mutants() -> list[Mutant]:
                     also=tuple(getattr(cls, "also", ())),
                     story=summary.split(": ", 1)[-1],
                     anomaly=getattr(cls, "anomaly", ""),
+                    contract=getattr(cls, "contract", "capture"),
                 )
             )
     return found
