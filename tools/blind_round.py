@@ -5,7 +5,8 @@
 A blind batch lives outside the repository: a folder holding importable modules and a
 ``manifest.json`` listing each store as ``{"target": "pkg.module:Class", "kwargs": {...},
 "clause": "PUT-4" or null, "capabilities": [...], "fence": "any" | "strict", "bug": "..."}``,
-with ``"lineage": "pkg.module:Class"`` for a lineage resolver judged over the store's kwargs.
+with ``"lineage": "pkg.module:Class"`` for a lineage resolver judged over the store's kwargs,
+and ``"contract": "staging-v2"`` for a staging store (the capture contract otherwise).
 A store with a clause is a mutant that breaks it; one with null is a correct store the kit must
 pass. Each store gets full kit runs under the ci profile (no ``-p zoo_fast``), each on a seed
 drawn for it and printed, exactly as a framework author's CI would run it. A mutant is
@@ -45,6 +46,7 @@ class BlindStore:
     clause: str | None
     flags: tuple[str, ...]
     bug: str
+    contract: str = "capture"
 
 
 def load(manifest: Path, redis_url: str | None) -> list[BlindStore]:
@@ -63,7 +65,15 @@ def load(manifest: Path, redis_url: str | None) -> list[BlindStore]:
             flags.append(f"--tokcap-lineage={item['lineage']}")
         name = item["target"].rsplit(":", 1)[1]
         stores.append(
-            BlindStore(name, item["target"], kwargs, item.get("clause"), tuple(flags), item["bug"])
+            BlindStore(
+                name,
+                item["target"],
+                kwargs,
+                item.get("clause"),
+                tuple(flags),
+                item["bug"],
+                item.get("contract", "capture"),
+            )
         )
     return stores
 
@@ -79,7 +89,7 @@ class AsShipped(JudgedStore):
 
 def judge(store: BlindStore, seed: int) -> KitRun:
     """Run the whole kit, ci profile, on ``store`` with ``seed``."""
-    target = AsShipped(store.name, store.target, store.flags, store.kwargs)
+    target = AsShipped(store.name, store.target, store.flags, store.kwargs, store.contract)
     arguments = ["--tokcap-profile=ci", f"--tokcap-seed={seed}"]
     return run_kit(target, arguments)
 
