@@ -70,7 +70,8 @@ def staging_key(rollout_id: str, model_call_id: str) -> str:
 
     Raises ``ValueError`` when either id is empty. Ids may themselves hold ``/``, so two calls
     can share a key (``"a/b", "c"`` and ``"a", "b/c"``): a sink that keys by it must keep
-    such ids apart some other way, or refuse them.
+    such ids apart some other way, as :func:`~tokcap_spec.staging.distinct_staging_key` does:
+    every valid call must stage, whatever its ids hold (STAGE-5).
     """
     if not rollout_id or not model_call_id:
         raise ValueError("rollout_id and model_call_id must not be empty")
