@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import os
 import queue
 import threading
@@ -139,10 +140,18 @@ class _Shard:
 
 
 def _finish(shard: _Shard, owed: OwedSync, puts: list[_Put], outcomes: list[Any]) -> None:
-    """Run a batch's sync (on a sync thread), then answer its puts."""
+    """Run a batch's sync (on a sync thread), then answer its puts, whatever happens: an
+    error nobody would read on this pool's thread fails them as a failed sync does."""
     try:
         owed.run()
-    except StoreWriteError as exc:
+    except Exception as unexpected:
+        if isinstance(unexpected, StoreWriteError):
+            exc = unexpected
+        else:
+            exc = StoreWriteError(
+                errno.EIO, f"{owed.path}: the sync of appended records failed: {unexpected!r}"
+            )
+            exc.__cause__ = unexpected
         error = exc
         rollout_id, epoch = owed.rollout_id, owed.epoch
 
@@ -190,7 +199,11 @@ def _put_run(shard: _Shard, puts: list[_Put]) -> None:
             _settle(put.loop, put.future, error=error)
         return
     if owed is not None:
-        shard.syncs.submit(_finish, shard, owed, ready, outcomes)
+        try:
+            shard.syncs.submit(_finish, shard, owed, ready, outcomes)
+        except RuntimeError:
+            # The pool takes no more work once the shard is stopping: the sync runs here.
+            _finish(shard, owed, ready, outcomes)
         return
     for put, outcome in zip(ready, outcomes, strict=True):
         _settle(put.loop, put.future, error=outcome)

@@ -406,6 +406,33 @@ class TestNewLogs:
         assert [e.model_call_id for e in logs.freeze("r").entries] == ["b"]
         logs.close()
 
+    def test_an_unexpected_error_of_a_sync_fails_its_puts_and_marks_the_rollout(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A sync that raises anything, not only a disk error, answers every put waiting for it
+        with a StoreWriteError and marks the rollout, for a new log and for one with records:
+        no put waits for ever, and the writer goes on serving."""
+
+        def broken(fd: int, path: str) -> None:
+            raise RuntimeError("a bug in the sync")
+
+        async def scenario() -> None:
+            writer = WriterThread(str(tmp_path), "test")
+            await writer.put("old", "a", payload("a", "old"))
+            monkeypatch.setattr(_file_log, "_sync_appended", broken)
+            for rollout in ("new", "old"):
+                with pytest.raises(StoreWriteError, match="a bug in the sync"):
+                    await asyncio.wait_for(writer.put(rollout, "b", payload("b", rollout)), 10)
+            monkeypatch.undo()
+            await writer.put("new", "c", payload("c", "new"))
+            await writer.close()
+
+        asyncio.run(scenario())
+        logs = LogDirectory(str(tmp_path))
+        assert logs.freeze("old").incomplete
+        assert [entry.model_call_id for entry in logs.freeze("new").entries] == ["c"]
+        logs.close()
+
 
 class TestIntents:
     def test_a_slow_intent_sync_of_one_rollout_never_holds_up_another(
