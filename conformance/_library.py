@@ -31,6 +31,7 @@ from conformance._probe import TargetError, distribution_of, kit_version, probe_
 from conformance._registry import Check, all_checks
 from conformance._report import Verdicts
 from conformance._settings import (
+    DEFAULT_CONTRACT,
     DEFAULT_FENCE,
     DEFAULT_PROFILE,
     KitSettings,
@@ -38,7 +39,7 @@ from conformance._settings import (
     SettingsError,
     resolve_settings,
 )
-from conformance.catalog import CAPTURE, CLAUSES, KIT, KIT_FAMILIES
+from conformance.catalog import CLAUSES, KIT, KIT_FAMILIES
 
 __all__ = ["TargetError", "run_conformance", "run_conformance_async"]
 
@@ -64,6 +65,7 @@ def run_conformance(
     report: str | Path | None = None,
     report_md: str | Path | None = None,
     junit: str | Path | None = None,
+    contract: str = DEFAULT_CONTRACT,
 ) -> Verdicts:
     """Judge ``sink`` (``"module.path:ClassName"``) and return the conformance report.
 
@@ -74,7 +76,9 @@ def run_conformance(
     ones (``"process-local"``, ``"no-delete"``), ``seed`` None draws a new one (the report
     names it). ``select`` keeps only the checks named by check id, clause id or family (the
     run is then ``partial``). ``report``, ``report_md`` and ``junit`` are paths to write the
-    JSON, markdown and junit reports to.
+    JSON, markdown and junit reports to. With ``contract="staging-v2"``, ``sink`` and
+    ``source`` (and their kwargs) name the staging sink and source, and the STAGE family is
+    judged; ``lineage``, ``fence`` and ``entry_class`` belong to the capture contract.
 
     Safe to call from a script with or without an ``if __name__ == "__main__"`` guard (spawned
     workers never run the caller's script) and from inside a running event loop (the checks
@@ -124,7 +128,7 @@ def _run(arguments: dict[str, Any]) -> Verdicts:
     scratch = Path(tempfile.mkdtemp(prefix="tokcap-"))
     try:
         settings = _settings(arguments, scratch)
-        chosen = _selected(arguments["select"])
+        chosen = _selected(arguments["select"], settings.contract)
         return _judge(settings, chosen, arguments, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -147,11 +151,16 @@ def _settings(arguments: dict[str, Any], scratch: Path) -> KitSettings:
         "report": None if arguments["report"] is None else str(arguments["report"]),
         "report-md": None if arguments["report_md"] is None else str(arguments["report_md"]),
     }
-    if not isinstance(given["sink"], str) or not given["sink"]:
+    if arguments["contract"] != DEFAULT_CONTRACT:
+        given = _as_staging(given, arguments)
+    target = given.get("staging-sink", given.get("sink"))
+    if not isinstance(target, str) or not target:
         raise SettingsError("run_conformance needs sink='module.path:ClassName'")
 
     def lookup(option: Option) -> tuple[Any, str]:
-        return given.get(option.name), _WHERE.format(option.name.replace("-", "_"))
+        # Under staging-v2 the caller's ``sink`` is the option --tokcap-staging-sink.
+        argument = option.name.removeprefix("staging-")
+        return given.get(option.name), _WHERE.format(argument.replace("-", "_"))
 
     def nothing(option: Option) -> tuple[None, str]:
         return None, ""
@@ -161,6 +170,18 @@ def _settings(arguments: dict[str, Any], scratch: Path) -> KitSettings:
     if not settings.seed_given:
         settings = replace(settings, seed=secrets.randbelow(2**31))
     return settings
+
+
+def _as_staging(given: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """The options of a staging run: the targets under their staging names; the capture
+    contract's settings only where the caller gave them (and the settings refuse them)."""
+    staging = dict(given)
+    for name in ("sink", "source", "sink-kwargs", "source-kwargs"):
+        staging[f"staging-{name}"] = staging.pop(name)
+    if arguments["fence"] == DEFAULT_FENCE:
+        staging.pop("fence")
+    staging["contract"] = arguments["contract"]
+    return staging
 
 
 def _json(value: Mapping[str, Any] | None, name: str) -> str | None:
@@ -193,15 +214,15 @@ def _fresh(scratch: Path, name: str) -> Path:
     return folder
 
 
-def _capture_checks() -> list[Check]:
-    """Every check of the capture contract, the one the library judges."""
-    return [found for found in all_checks() if found.contract == CAPTURE]
+def _contract_checks(contract: str) -> list[Check]:
+    """Every check of ``contract``."""
+    return [found for found in all_checks() if found.contract == contract]
 
 
-def _selected(select: Iterable[str]) -> list[Check]:
+def _selected(select: Iterable[str], contract: str) -> list[Check]:
     """The checks ``select`` names (check ids, clause ids, families); every check if none."""
     names = _names(select, "select")
-    checks = _capture_checks()
+    checks = _contract_checks(contract)
     if not names:
         return checks
     kit_clauses = {found.id for found in CLAUSES if found.checked_by == KIT}
@@ -256,7 +277,7 @@ def _judge(
         stop_checks()
         verdicts.constructions += constructions.take()
         restore()
-    complete = len(chosen) == len(_capture_checks())
+    complete = len(chosen) == len(_contract_checks(settings.contract))
     verdicts.run.finish(
         "complete" if complete else "partial", "" if complete else "a selection of the checks"
     )

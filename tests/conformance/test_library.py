@@ -308,3 +308,29 @@ def test_bad_arguments_are_refused_by_name(arguments: dict[str, Any], names: str
     """An unusable argument raises a SettingsError that says what would be accepted."""
     with pytest.raises(SettingsError, match=names.replace(".", r"\.")):
         conformance.run_conformance(**arguments)
+
+
+class TestStagingContract:
+    def test_the_library_judges_a_staging_store_by_the_stage_family(self) -> None:
+        """contract="staging-v2" judges the named staging store by STAGE alone, completely."""
+        verdicts = conformance.run_conformance(
+            "reference:MemoryStagingStore",
+            sink_kwargs={"namespace": "library"},
+            capabilities=["process-local"],
+            contract="staging-v2",
+        )
+        report = verdicts.as_json()
+        assert report["contract"] == "staging-v2"
+        assert report["run"]["status"] == "complete"
+        assert report["clauses"]
+        assert all(clause.startswith("STAGE-") for clause in report["clauses"])
+        assert verdicts.failed == []
+
+    def test_capture_settings_are_refused_with_the_staging_contract(self) -> None:
+        """A lineage resolver or a strict fence belongs to the capture contract: refused."""
+        with pytest.raises(SettingsError, match="capture contract"):
+            conformance.run_conformance(
+                "reference:MemoryStagingStore",
+                fence="strict",
+                contract="staging-v2",
+            )
