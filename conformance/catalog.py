@@ -1513,9 +1513,9 @@ CLAUSES: tuple[Clause, ...] = (
             "holding several calls; an index file rewritten by each process."
         ),
         hazards=(
-            "Sixteen threads staging distinct calls of shared rollouts; threads staging the "
-            "same call at once; spawned processes staging into one store (unless the run "
-            "declares `process-local`)."
+            "Sixteen threads staging distinct calls of shared rollouts, deltas of 1 to 330 "
+            "tokens; three spawned processes staging into shared rollouts of one store at once "
+            "(unless the run declares `process-local`)."
         ),
         checked_by=KIT,
     ),
@@ -1543,8 +1543,9 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "Identical re-stages from the same and a fresh instance; re-stages differing in one "
             "token id, one mask, one log prob (`-0.0` for `0.0`, one float32 step), the weight "
-            "version, the extras, the parent; log probs equal after float32 rounding, which "
-            "digest alike and are the same call."
+            "version, the extras, the chain hash; log probs equal after float32 rounding, which "
+            "digest alike and are the same call; eight threads staging one call at once, and "
+            "eight staging rival calls for one key at once."
         ),
         checked_by=KIT,
     ),
