@@ -275,12 +275,48 @@ def stop_checks(wait: float = STOP_WAIT) -> None:
     live = [thread for thread in list(_checks) if thread.is_alive()]
     for thread in live:
         if thread.ident is not None:
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(thread.ident), ctypes.py_object(Stopped)
-            )
+            _raise_in(thread.ident, Stopped)
     until = time.monotonic() + wait
     for thread in live:
         thread.join(max(0.0, until - time.monotonic()))
+    parked = [thread.ident for thread in live if thread.is_alive() and thread.ident is not None]
+    if parked:
+        _take_back(parked)
+
+
+def _raise_in(ident: int, exception: type[BaseException] | None) -> None:
+    """Have the thread ``ident`` raise ``exception`` at its next bytecode; None withdraws it."""
+    value = None if exception is None else ctypes.py_object(exception)
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), value)
+
+
+class _TakenBack(BaseException):
+    """Raised in the stopping thread itself, and caught there: see :func:`_take_back`."""
+
+
+def _take_back(parked: list[int]) -> None:
+    """Withdraw :class:`Stopped` from the threads ``parked`` in C code, which never took it.
+
+    An exception left pending for a thread keeps a flag raised that the whole interpreter sees
+    (CPython 3.11). While it stays up every thread stops to look for work at each call, and
+    one running under a profile or trace function (the construction counter, coverage, a
+    debugger) loops at its next function entry for ever. Withdrawing the exceptions leaves
+    the flag up: it falls only when a thread takes one, so this thread takes one of its own.
+    A parked thread that returns later finds its watch abandoned and raises at its next call.
+    """
+    for ident in parked:
+        _raise_in(ident, None)
+    try:
+        _raise_in(threading.get_ident(), _TakenBack)
+        for _ in range(_TAKE_WITHIN):
+            pass  # each turn of the loop looks for the exception
+        _raise_in(threading.get_ident(), None)  # never taken: it must not surface later
+    except _TakenBack:
+        return
+
+
+_TAKE_WITHIN = 1_000_000
+"""Loop turns within which a thread takes an exception raised in it: it does at its first."""
 
 
 def current_watch() -> Watch | None:

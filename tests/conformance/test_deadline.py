@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -99,3 +101,44 @@ def test_the_implementations_method_names_the_operation() -> None:
         assert operation_of(coroutine) == "put"
     finally:
         coroutine.close()
+
+
+PARKED_THEN_PROFILED = """
+import sys, threading
+from conformance import _deadline
+
+release = threading.Event()
+thread = threading.Thread(target=release.wait, daemon=True)  # parked in C: a lock's acquire
+_deadline._checks.add(thread)
+thread.start()
+_deadline.stop_checks(wait=0.2)
+assert thread.is_alive()
+
+sys.setprofile(lambda frame, event, arg: None)  # as the construction counter does
+def called():
+    return "returned"
+print(called())
+sys.setprofile(None)
+release.set()
+thread.join(5)
+print("parked thread", "ended" if not thread.is_alive() else "still parked")
+"""
+
+
+class TestStopChecks:
+    def test_a_thread_parked_in_c_code_leaves_no_exception_pending(self) -> None:
+        """Stopping a check thread blocked in C code leaves the interpreter as it was.
+
+        Its Stopped, never taken, would keep the interpreter's pending flag up, and the next
+        function entered under a profile function would loop for ever (CPython 3.11). The
+        thread, released later, returns normally instead of raising.
+        """
+        done = subprocess.run(
+            [sys.executable, "-c", PARKED_THEN_PROFILED],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.stdout.splitlines() == ["returned", "parked thread ended"], done.stderr
+        assert done.returncode == 0, done.stderr
