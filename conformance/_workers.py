@@ -1,11 +1,12 @@
 """Spawned children, as uvicorn workers are, watched together under the run's deadline.
 
-One harness serves the SPAWN checks (:func:`run_workers`) and the lanes that record
-concurrent histories (:mod:`conformance._history.record`). A child receives only its
-:class:`Job`: the target strings and kwargs of the endpoints it builds, the entry class, and
-the calls it makes. Nothing the parent installed reaches it. It declares the kwargs' secrets,
-builds its endpoints, runs its calls, closes its endpoints and reports a
-:class:`WorkerOutcome` whose error text is stripped of those secrets.
+One harness serves the SPAWN checks (:func:`run_workers`), the lanes that record concurrent
+histories (:mod:`conformance._history.record`) and the staging contract's spawned stagers and
+fetchers (:mod:`conformance._staging.elsewhere`). A child receives only its :class:`Job`: the
+target strings and kwargs of the endpoints it builds, the entry class, and the calls it makes.
+Nothing the parent installed reaches it. It declares the kwargs' secrets, builds its
+endpoints, runs its calls, closes its endpoints and reports a :class:`WorkerOutcome` whose
+error text is stripped of those secrets.
 
 Every child tells its parent which call into the implementation it is in (:class:`Progress`).
 The parent watches all of them together (:class:`Supervisor`): a child whose call overruns
@@ -70,7 +71,8 @@ _ORPHANED = 70
 """Exit code of a child whose parent is gone."""
 
 Build = tuple[str, str, dict[str, Any]]
-"""One endpoint a child builds: its role (``sink`` or ``source``), target string and kwargs."""
+"""One endpoint a child builds: its role (``sink``, ``source``, ``staging sink`` or ``staging
+source``), target string and kwargs."""
 
 
 @dataclass
@@ -213,11 +215,17 @@ class Meeting:
 
 @dataclass(frozen=True)
 class Built:
-    """What a child built: the entry class and the endpoints its job asked for."""
+    """What a child built: the entry class and the endpoints its job asked for.
+
+    The harness closes ``sink`` and ``source`` after the job ran; a staging job, whose
+    endpoints' protocol has no ``close``, closes its own.
+    """
 
     entry: type[Any]
     sink: Any = None
     source: Any = None
+    staging_sink: Any = None
+    staging_source: Any = None
 
 
 class Job(Protocol):
@@ -545,7 +553,7 @@ def _child_main(
         endpoints: dict[str, Any] = {}
         for role, target, kwargs in builds:
             progress.call(constructor(target))
-            endpoints[role] = build_endpoint(target, kwargs, role)
+            endpoints[role.replace(" ", "_")] = build_endpoint(target, kwargs, role)
     except Exception as exc:
         meeting.abort()
         roles = " and ".join(role for role, _, _ in builds)

@@ -334,3 +334,21 @@ class TestStagingContract:
                 fence="strict",
                 contract="staging-v2",
             )
+
+    def test_a_script_without_a_main_guard_judges_a_staging_store_once(
+        self, tmp_path: Path
+    ) -> None:
+        """The staging checks' spawned stagers and fetchers leave the script's top level
+        behind too: it runs once, and the file staging store passes every STAGE clause."""
+        body = _fill(
+            UNGUARDED,
+            "reference:FileStagingStore",
+            {"root": "{tmp_path}"},
+            'contract="staging-v2",',
+        )
+        report, _ = _script(tmp_path, body)
+        assert (tmp_path / "runs.log").read_text() == "ran\n"
+        assert report["contract"] == "staging-v2"
+        assert report["run"]["status"] == "complete"
+        assert set(_outcomes(report).values()) == {"passed"}
+        assert {f"STAGE-{number}" for number in range(1, 11)} <= set(report["clauses"])
