@@ -517,7 +517,9 @@ def _in_child(operation: str) -> str:
 def _outcome(child: _Child) -> WorkerOutcome:
     if child.result is not None:
         return child.result
-    if child.doing.startswith("the constructor") or child.doing == "starting":
+    # A child that said it was built failed after building, even if a sibling's end stopped
+    # it before its first call was heard.
+    if not child.ready and (child.doing.startswith("the constructor") or child.doing == "starting"):
         stage = "build"
     else:
         stage = "hung" if child.overran else "operation"

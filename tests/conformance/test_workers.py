@@ -16,7 +16,7 @@ from conformance._deadline import Watch, watched
 from conformance._entries import EntryFactory
 from conformance._history.record import Action, Lane, LaneTargets, Recorder, Workload
 from conformance._reading import entry_view
-from conformance._workers import Operation, WorkerOutcome, WorkerPlan, run_workers
+from conformance._workers import Operation, Supervisor, WorkerOutcome, WorkerPlan, run_workers
 
 SINKS = """
 import os, signal, threading
@@ -143,3 +143,52 @@ def test_recorded_errors_carry_no_secret(sinks: Path) -> None:
     event = asyncio.run(recorder.put(sink, entry("r", "a")))
     assert event.outcome == "fail"
     assert event.error == "ConnectionError: AUTH *** rejected"
+
+
+JOBS = """
+import os, signal, time
+from conformance._workers import WorkerOutcome
+
+class Job:
+    entry_class = "tokcap_spec.records:TokenEntry"
+
+    def __init__(self, root, dies):
+        self.root, self.dies = root, dies
+
+    def endpoints(self):
+        return (("sink", "reference:FileTokenStore", {"root": self.root}),)
+
+    def calls(self):
+        return {"put"}
+
+    async def run(self, built, progress, meeting):
+        if self.dies:
+            progress.call("put", "operation 1 of 1")
+            os.kill(os.getpid(), signal.SIGKILL)
+        # Built and started, but slow to make its first call: its sibling dies first.
+        time.sleep(30)
+        return WorkerOutcome("ok")
+"""
+
+
+class TestStartTogether:
+    def test_a_built_child_stopped_before_its_first_call_did_not_fail_to_build(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A child that said it was built, stopped by a sibling's death before its first call,
+        is stopped in operation, never taken for one that could not build."""
+        importable(tmp_path / "jobs", monkeypatch, slow_jobs=JOBS)
+        from slow_jobs import Job  # type: ignore[import-not-found]
+
+        def run() -> list[WorkerOutcome]:
+            jobs = [("dying", Job(str(tmp_path), True)), ("slow", Job(str(tmp_path), False))]
+            supervisor = Supervisor(jobs, start_together=True, stop_siblings="a sibling died")
+            supervisor.start()
+            return supervisor.finish()
+
+        dying, slow = watched(run, Watch(DEADLINE * 10, "SPAWN-1"))
+        assert (dying.stage, dying.error) == (
+            "operation",
+            "dying died during `put` (operation 1 of 1): killed by signal SIGKILL",
+        )
+        assert (slow.stage, slow.error) == ("operation", "slow stopped: a sibling died")
