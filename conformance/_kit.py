@@ -25,7 +25,7 @@ from conformance._entries import EntryFactory, load_entry_class
 from conformance._hints import null_log_prob
 from conformance._settings import KitSettings
 from conformance._violation import ClauseViolation, NotClaimed, fail
-from tokcap_spec.config import build_endpoint as build_sink_or_source
+from tokcap_spec.endpoints import build_endpoint as build_sink_or_source
 from tokcap_spec.errors import EndpointError
 from tokcap_spec.protocols import TokenSink, TokenSource
 from tokcap_spec.redaction import redact

@@ -11,6 +11,7 @@ store in turn.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -30,6 +31,11 @@ from reference.redis_store import RedisTokenStore
 from reference.staging_file import FileStagingStore
 from reference.staging_memory import MemoryStagingStore
 from reference.staging_redis import RedisStagingStore
+
+# Many container images set PYTHONDONTWRITEBYTECODE; then every interpreter the suite starts
+# (a hundred-odd kit runs, their spawned workers) compiles the project and rewrites Hypothesis's
+# asserts from source again. Without it they share one bytecode cache, as most users' runs do.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 DURABLE = ("--appendonly", "yes", "--appendfsync", "always", "--save", "")
 """Every acknowledged write is in the append-only file, fsynced, before the reply."""

@@ -18,7 +18,6 @@ process, because spawned workers do not inherit anything a launcher installed.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,9 +25,9 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tokcap_spec.errors import EndpointError, MaskFractionExceededError
-from tokcap_spec.protocols import TokenSink, installed_token_sink, protocol_problems
-from tokcap_spec.redaction import redact
+from tokcap_spec.endpoints import build_endpoint, split_target
+from tokcap_spec.errors import MaskFractionExceededError
+from tokcap_spec.protocols import TokenSink, installed_token_sink
 
 __all__ = [
     "FILE_STORE_TARGET",
@@ -96,7 +95,7 @@ class TokenIdCaptureConfig(BaseModel):
         if not settings.enabled:
             return self
         if settings.sink is not None:
-            _split_target(settings.sink, "sink")
+            split_target(settings.sink, "sink")
             if self.resolved_dir() is not None:
                 logger.warning(
                     "token_id_capture: sink %s replaces the file store; the configured "
@@ -133,13 +132,6 @@ class TokenIdCaptureConfig(BaseModel):
     def _build_endpoint(target: str, kwargs: dict[str, Any], protocol: type, kind: str) -> Any:
         """The seed's name for :func:`build_endpoint`, kept for callers of Gym's config."""
         return build_endpoint(target, kwargs, protocol, kind)
-
-
-def _split_target(target: str, kind: str) -> tuple[str, str]:
-    module_name, sep, attr_path = target.partition(":")
-    if not sep or not module_name or not attr_path:
-        raise EndpointError(f"token {kind} {target!r} must have the form 'module.path:ClassName'")
-    return module_name, attr_path
 
 
 def token_id_capture_config(global_config_dict: Any) -> TokenIdCaptureConfig:
@@ -221,52 +213,3 @@ class MaskFractionGuard:
                 f"({self.fraction:.3f}), above token_id_capture.max_mask_fraction={limit}; "
                 "the captured tokens are too incomplete to train on"
             )
-
-
-def build_endpoint(target: str, kwargs: dict[str, Any], protocol: type, kind: str) -> Any:
-    """Import ``target``, call it with ``kwargs`` and check the result against ``protocol``.
-
-    Raises :class:`EndpointError` for every way this can fail (BUILD-2). The message names
-    the target and the kwarg names, never the kwarg values.
-    """
-    module_name, attr_path = _split_target(target, kind)
-    names = ", ".join(sorted(kwargs)) or "none"
-    # Each failure is raised outside its except block: a chained __context__ would carry
-    # the original message, and with it any kwarg value the constructor echoed.
-    failure: str | None = None
-    module: Any = None
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        failure = (
-            f"token {kind} {target!r}: module {module_name!r} cannot be imported "
-            f"({type(exc).__name__}: {redact(str(exc), kwargs)}); make it importable in "
-            "every serving process"
-        )
-    if failure is not None:
-        raise EndpointError(failure)
-    factory: Any = module
-    for part in attr_path.split("."):
-        if not hasattr(factory, part):
-            raise EndpointError(
-                f"token {kind} {target!r}: {module_name!r} has no attribute {attr_path!r}"
-            )
-        factory = getattr(factory, part)
-    if not callable(factory):
-        raise EndpointError(f"token {kind} {target!r}: {attr_path!r} is not callable")
-    endpoint: Any = None
-    try:
-        endpoint = factory(**kwargs)
-    except Exception as exc:
-        failure = (
-            f"token {kind} {target!r} refused its keyword arguments ({names}): "
-            f"{type(exc).__name__}: {redact(str(exc), kwargs)}"
-        )
-    if failure is not None:
-        raise EndpointError(failure)
-    problems = protocol_problems(endpoint, protocol)
-    if problems:
-        raise EndpointError(
-            f"token {kind} {target!r} does not satisfy {protocol.__name__}: " + "; ".join(problems)
-        )
-    return endpoint
