@@ -2,9 +2,10 @@
 
 A check that fails may be failing because of its own clause, or because something more basic
 is broken: the object is no sink, a plain put raises or is not visible on return, a snapshot
-cannot be read, a freeze is not idempotent, an exact drop is refused, a mark is not seen. The
-runner tries these basics in that order, on fresh endpoints and plain entries; the first one
-that breaks is the clause the failing check is *blocked by*, unless it is the check's own.
+cannot be read, a freeze is not idempotent, an exact drop is refused, a late put slips past the
+fence, a mark is not seen. The runner tries these basics in that order, on fresh endpoints and
+plain entries; the first one that breaks is the clause the failing check is *blocked by*,
+unless it is the check's own.
 Each basic is one small promise of one clause, so a store with one bug fails one clause.
 
 The outcome is computed once per run and process: the basics do not depend on the check.

@@ -50,9 +50,17 @@ LOOKALIKE_CALL_IDS = (
     "X",
     "\ufb01le",
     "file",
+    "a\nb",
+    "a\\nb",
+    "a\tb",
+    "a\\tb",
+    "a%2Fb",
+    "a%252Fb",
 )
-"""Call ids a sanitizing, case-folding or normalizing key scheme would merge (PUT-6,
-LINEAGE-2): separators, case, composed and decomposed accents, a trailing space, a ligature."""
+"""Call ids a sanitizing, case-folding, normalizing or escaping key scheme would merge (PUT-6,
+LINEAGE-2): separators, case, composed and decomposed accents, a trailing space, a ligature, and
+characters an escaping writes as the very text another id holds (a newline and a backslash
+followed by ``n``, ``/`` and ``%2F``) when it leaves its escape character unescaped."""
 
 
 class EntryClassError(ValueError):

@@ -477,8 +477,9 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "A freeze the moment a put returns, on another thread's event loop while the sink's "
             "loop stands still, by a source built after the put and by one built before it (a "
-            "consumer's long-lived source); plain and 4,096-token entries; many attempts, in "
-            "the check and in the basic every failing check consults."
+            "consumer's long-lived source); plain and 4,096-token entries, and long-context "
+            "ones (65,536 prompt and 16,384 generated tokens) whose write outlasts a small one; "
+            "many attempts, in the check and in the basic every failing check consults."
         ),
         checked_by=KIT,
     ),
@@ -605,8 +606,10 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "Call ids with spaces, newlines, tabs and carriage returns, slashes and "
             "backslashes, quotes, path traversal, unicode with combining marks and emoji, 300 "
-            "characters, and look-alikes that case folding, normalizing or sanitizing would "
-            "merge; then call ids drawn at random."
+            "characters, and look-alikes that case folding, normalizing, sanitizing or an "
+            "escaping that leaves its escape character alone would merge (a newline and `\\n`, "
+            "a tab and `\\t`, `/` and `%2F`), all in one rollout; then call ids drawn at "
+            "random."
         ),
         checked_by=KIT,
     ),
@@ -648,8 +651,9 @@ CLAUSES: tuple[Clause, ...] = (
             "the clock; ids hashed from entries in whatever order they were listed."
         ),
         hazards=(
-            "Freezing again with no write in between, from the source that froze first and from "
-            "a fresh one."
+            "Freezing again with no write in between, from the source that froze first, from "
+            "a fresh one, and from one in a spawned worker (which must see the same pair and "
+            "entries: an id salted per process by `hash()` differs there)."
         ),
         checked_by=KIT,
     ),
@@ -739,8 +743,10 @@ CLAUSES: tuple[Clause, ...] = (
             "puts; drop comparing only the `snapshot_id`."
         ),
         hazards=(
-            "A new call put after freeze, from the same and a fresh sink, then the old snapshot "
-            "dropped; `--tokcap-fence=strict` requires the refusal."
+            "A new call put after a fresh source froze, from the long-lived sink that wrote "
+            "before the freeze (whatever it remembers of the rollout being open is stale) and "
+            "from a fresh sink, then the old snapshot dropped; `--tokcap-fence=strict` requires "
+            "the refusal."
         ),
         checked_by=KIT,
     ),
@@ -1143,8 +1149,9 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "Requests of user, system, tool and reasoning items only; chains of three calls in "
             "which each resolves to the one before, not the first; chat, Responses and Anthropic "
-            "tool calls and results; odd call ids, and twelve in one rollout that differ only by "
-            "case, separators, composed or decomposed accents, a trailing space or a ligature."
+            "tool calls and results; odd call ids, and eighteen in one rollout that differ only "
+            "by case, separators, composed or decomposed accents, a trailing space, a ligature, "
+            "or a character against the escape that spells it (a newline and `\\n`)."
         ),
         checked_by=KIT,
     ),

@@ -55,6 +55,16 @@ failure links to the clause's section below.
 - **rollout**: one episode, named by its `rollout_id`; everything is scoped by it. The kit
   uses ids matching `^[A-Za-z0-9][A-Za-z0-9._-]{{0,199}}$` and treats ids that differ in any
   character, letter case included, as different rollouts.
+- **version**: what a freeze returns beside its `snapshot_id`. Once a freeze has returned a
+  pair, every change a later freeze could see moves the version: an accepted put of a new call
+  (under a relaxed fence), a conflicting re-put that marks, and every `mark_incomplete`, a
+  repeated mark of a rollout already incomplete included (DROP-4, MASK-3). An identical re-put
+  moves nothing after a freeze (PUT-3). Before the first freeze nobody sees the version, so how
+  it moves then is the store's choice.
+- **after a drop**: a successful `drop` retires the rollout. Puts raise (FENCE-2); `freeze`,
+  `mark_incomplete` and a second `drop` may raise or answer. A freeze that answers holds no
+  records (all of them under `no-delete`, DROP-5), and is incomplete once a mark was acked
+  after the drop (MASK-6).
 
 ## Reading a failure
 

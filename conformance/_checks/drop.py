@@ -336,32 +336,42 @@ def basic_retire(kit: Kit) -> None:
         _REFUSAL_KEEPS,
         clause="DROP-3",
     )
+    for writer in (sink, None):
+        _late_put_after_freeze(kit, sink, source, writer)
+
+
+def _late_put_after_freeze(
+    kit: Kit, sink: Endpoint, source: Endpoint, writer: Endpoint | None
+) -> None:
+    """FENCE-1 in the retire basic: a new call put after freeze, by ``writer`` (the sink that
+    wrote before the freeze) or, for None, a fresh sink, is refused or moves the version."""
     late = kit.rollout_id("late")
     step.put(kit, sink, kit.entries.entry(late), clause="PUT-1")
     before = step.freeze(kit, source, late, clause="FREEZE-1")
-    if step.raises(kit.sink().put, kit.entries.entry(late)) is None:
-        step.expect(
-            kit,
-            kit.fence != "strict",
-            "a put of a new call after freeze to raise (--tokcap-fence=strict)",
-            "it was acked",
-            "refuse writes to a frozen rollout",
-            clause="FENCE-1",
-        )
-        step.expect(
-            kit,
-            not step.drop(kit, source, late, before.snapshot_id, before.version, clause="FENCE-1"),
-            "drop of the snapshot taken before an accepted late put to return False",
-            "True",
-            "an accepted write after freeze is a state change: the old snapshot no longer drops",
-            clause="FENCE-1",
-        )
-        after = step.freeze(kit, kit.source(), late, clause="FENCE-1")
-        step.expect(
-            kit,
-            after.version != before.version and len(after.entries) == 2,
-            "a put after freeze to raise, or to be kept under a new version",
-            f"before: {step.describe(before)}; after: {step.describe(after)}",
-            "a relaxed fence bumps the version on every accepted write",
-            clause="FENCE-1",
-        )
+    if step.raises((writer or kit.sink()).put, kit.entries.entry(late)) is not None:
+        return
+    step.expect(
+        kit,
+        kit.fence != "strict",
+        "a put of a new call after freeze to raise (--tokcap-fence=strict)",
+        "it was acked",
+        "refuse writes to a frozen rollout",
+        clause="FENCE-1",
+    )
+    step.expect(
+        kit,
+        not step.drop(kit, source, late, before.snapshot_id, before.version, clause="FENCE-1"),
+        "drop of the snapshot taken before an accepted late put to return False",
+        "True",
+        "an accepted write after freeze is a state change: the old snapshot no longer drops",
+        clause="FENCE-1",
+    )
+    after = step.freeze(kit, kit.source(), late, clause="FENCE-1")
+    step.expect(
+        kit,
+        after.version != before.version and len(after.entries) == 2,
+        "a put after freeze to raise, or to be kept under a new version",
+        f"before: {step.describe(before)}; after: {step.describe(after)}",
+        "a relaxed fence bumps the version on every accepted write",
+        clause="FENCE-1",
+    )

@@ -27,7 +27,7 @@ def snapshot_identity(kit: Kit) -> None:
 
 @check("FREEZE-2", "idempotent")
 def idempotent(kit: Kit) -> None:
-    """Freezing again, from the same or a fresh instance, returns the same snapshot."""
+    """Freezing again, from the same, a fresh or a spawned worker's source, gives one snapshot."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     for _ in range(3):
@@ -41,6 +41,8 @@ def idempotent(kit: Kit) -> None:
         step.freeze(kit, kit.source(), rollout),
         hint=hint + "; keep the frozen state where every instance reads it",
     )
+    if not kit.claims("process-local"):
+        step.expect_same_in_spawned_worker(kit, first)
 
 
 @check("FREEZE-3", "unique-per-call")

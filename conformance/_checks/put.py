@@ -64,6 +64,20 @@ def _property_settings(examples: int) -> settings:
 
 _ATTEMPTS = 12
 """Puts each followed at once by a freeze elsewhere: a late commit misses one of them."""
+_LONG_CONTEXT = (65_536, 16_384)
+"""The prompt and generated tokens of a long-context call, whose write outlasts any small one."""
+_LONG_ATTEMPTS = 4
+"""The last attempts put long-context entries, frozen by a source built before the put: a
+store that writes large payloads beside the ack (a pool, a spill file) loses some of these."""
+
+
+def _attempt_plan(attempt: int) -> tuple[int | None, int | None, bool]:
+    """Prompt and generated token counts of PUT-1's attempt ``attempt``, and whether its
+    source is built before the put."""
+    if attempt >= _ATTEMPTS - _LONG_ATTEMPTS:
+        return (*_LONG_CONTEXT, True)
+    size = 4096 if attempt % 4 == 3 else None
+    return size, size, attempt % 2 == 1
 
 
 @check("PUT-1", "durable-on-return")
@@ -72,9 +86,9 @@ def durable_on_return(kit: Kit) -> None:
     sink = kit.sink()
     for attempt in range(_ATTEMPTS):
         rollout = kit.rollout_id()
-        size = 4096 if attempt % 4 == 3 else None
-        entry = kit.entries.entry(rollout, prompt_len=size, generation_len=size)
-        seen = step.visible_after(kit, sink, entry, built_before=attempt % 2 == 1)
+        prompt_len, generation_len, built_before = _attempt_plan(attempt)
+        entry = kit.entries.entry(rollout, prompt_len=prompt_len, generation_len=generation_len)
+        seen = step.visible_after(kit, sink, entry, built_before=built_before)
         if isinstance(seen, Unreadable):
             raise seen
         if isinstance(seen, SnapshotView) and step.call_of(entry) in step.payloads(seen):

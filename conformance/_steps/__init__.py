@@ -26,6 +26,7 @@ from conformance._steps.operations import (
     state,
     unreadable,
 )
+from conformance._steps.spawned import expect_same_in_spawned_worker
 
 __all__ = [
     "call_of",
@@ -37,6 +38,7 @@ __all__ = [
     "expect_masked",
     "expect_drop_shape",
     "expect_equal_snapshots",
+    "expect_same_in_spawned_worker",
     "freeze",
     "freeze_elsewhere",
     "mark",

@@ -51,6 +51,34 @@ class RelaxedFenceJudgedStrict(RelaxedFileStore):
     flags: ClassVar[tuple[str, ...]] = ("--tokcap-fence=strict",)
 
 
+class TrustsItsOpenCache(RelaxedFileStore):
+    """FENCE-1: each instance remembers the rollouts it saw open and stops reading their fence.
+
+    A relaxed fence must move the version when it takes a call after a freeze; a long-lived
+    sink that wrote before another instance froze the rollout stores its next call as if the
+    rollout were still open, so the old snapshot still drops and the late call is retired
+    unseen.
+    """
+
+    breaks: ClassVar[str] = "FENCE-1"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._seen_open: set[str] = set()
+
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
+        if rollout_id in self._seen_open and not state.retired and call not in state.entries:
+            state.entries[call] = payload
+            return
+        super().apply_put(rollout_id, state, call, payload)
+        if not state.frozen:
+            self._seen_open.add(rollout_id)
+
+    def apply_freeze(self, rollout_id: str, state: RolloutFileState) -> None:
+        self._seen_open.discard(rollout_id)
+        super().apply_freeze(rollout_id, state)
+
+
 class NoTombstone(BaseStore):
     """FENCE-2: drop deletes the rollout's file and leaves no tombstone.
 

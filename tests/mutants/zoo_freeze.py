@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from typing import Any, ClassVar
@@ -124,6 +125,40 @@ class InstanceLocalSnapshotId(BaseStore):
     def apply_drop(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         known = self._ids.get((self._dropping, version))
         return known == snapshot_id and super().apply_drop(state, state.snapshot_id, version)
+
+    async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
+        self._dropping = rollout_id
+        return await super().drop(rollout_id, snapshot_id=snapshot_id, version=version)
+
+
+_PROCESS_KEY = os.urandom(16).hex()
+"""A key each process draws when it imports the store, as ``hash()`` salts itself."""
+
+
+class ProcessSaltedSnapshotId(BaseStore):
+    """FREEZE-2: the snapshot id is a hash keyed by a secret each process draws at start.
+
+    Every instance in one process agrees, so freezes and drops within it work; a consumer in
+    another process (a trainer, a sweeper) gets another id for the same state, and its drop
+    never matches. ``hash()`` of the stored state does the same: Python salts it per process.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-2"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._dropping = ""
+
+    def _salted(self, rollout_id: str, stored_id: str) -> str:
+        return hashlib.sha256(f"{_PROCESS_KEY}:{rollout_id}:{stored_id}".encode()).hexdigest()
+
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
+        salted = self._salted(rollout_id, state.snapshot_id)
+        return _with(super().snapshot(rollout_id, state), snapshot_id=salted)
+
+    def apply_drop(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
+        mine = self._salted(self._dropping, state.snapshot_id)
+        return snapshot_id == mine and super().apply_drop(state, state.snapshot_id, version)
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
         self._dropping = rollout_id

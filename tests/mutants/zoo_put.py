@@ -8,6 +8,8 @@ import json
 import os
 import re
 import struct
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -84,6 +86,42 @@ class CommitsInBackgroundTask(BaseStore):
 
     async def close(self) -> None:
         await asyncio.gather(*self._writes, return_exceptions=True)
+        await super().close()
+
+
+class SpillsLargeAfterAck(BaseStore):
+    """PUT-1: an entry over 256 KiB is written by a background thread once put returned.
+
+    A store that moves large payloads off the request path (to a side file or an object
+    store) acks first and uploads behind a queue; a consumer freezing at once misses the
+    long-context turns, while every short one is there.
+    """
+
+    breaks: ClassVar[str] = "PUT-1"
+    spill_bytes: ClassVar[int] = 256 * 1024
+    queue_seconds: ClassVar[float] = 1.0
+    """How long an upload waits behind the others in the queue."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._uploads: list[threading.Thread] = []
+
+    def write(self, entry: TokenEntry) -> None:
+        if len(self.encode(entry)) <= self.spill_bytes:
+            super().write(entry)
+            return
+        upload = threading.Thread(target=self._upload, args=(entry,), daemon=True)
+        self._uploads.append(upload)
+        upload.start()
+
+    def _upload(self, entry: TokenEntry) -> None:
+        time.sleep(self.queue_seconds)
+        BaseStore.write(self, entry)
+
+    async def close(self) -> None:
+        uploads, self._uploads = self._uploads, []
+        for upload in uploads:
+            await asyncio.to_thread(upload.join)
         await super().close()
 
 
@@ -384,6 +422,27 @@ class FirstLineCallIds(BaseStore):
     async def put(self, entry: TokenEntry) -> None:
         first = entry.model_call_id.split("\n", 1)[0] or "-"
         await super().put(entry.model_copy(update={"model_call_id": first}))
+
+
+def _escaped(call: str) -> str:
+    return call.replace("\n", "\\n").replace("\t", "\\t")
+
+
+class BackslashBlindEscape(BaseStore):
+    """PUT-6: call ids are escaped for a line index, and the backslash itself is not.
+
+    The index writes a newline as a backslash and ``n`` and a tab as a backslash and ``t``, and
+    leaves a backslash alone; so an id holding a newline and one holding a backslash and ``n``
+    share one key, and the second put is taken for a conflicting re-put of the first.
+    """
+
+    breaks: ClassVar[str] = "PUT-6"
+
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
+        super().apply_put(rollout_id, state, _escaped(call), payload)
+
+    def apply_begin(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
+        super().apply_begin(rollout_id, state, _escaped(call))
 
 
 class TruncatedCallIds(BaseStore):
