@@ -26,7 +26,10 @@ from conformance._steps.operations import (
     state,
     unreadable,
 )
-from conformance._steps.spawned import expect_same_in_spawned_worker
+from conformance._steps.spawned import (
+    expect_same_in_spawned_worker,
+    expect_spawned_freezes_agree,
+)
 
 __all__ = [
     "call_of",
@@ -39,6 +42,7 @@ __all__ = [
     "expect_drop_shape",
     "expect_equal_snapshots",
     "expect_same_in_spawned_worker",
+    "expect_spawned_freezes_agree",
     "freeze",
     "freeze_elsewhere",
     "mark",

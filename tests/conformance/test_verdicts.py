@@ -12,14 +12,17 @@ FORGETS_ONE = '''
 from independent import SqliteStore
 
 class ForgetsOnePut(SqliteStore):
-    """Acks every put but silently drops the twenty-fifth one made in this process."""
+    """Acks every put but silently drops the fifth one made in this process into a rollout the
+    kit drew for a generated example (its id carries the label "gen")."""
 
     count = 0
 
     async def put(self, entry):
-        type(self).count += 1
-        if type(self).count != 25:
-            await super().put(entry)
+        if "-gen-" in entry.rollout_id:
+            type(self).count += 1
+            if type(self).count == 5:
+                return
+        await super().put(entry)
 '''
 
 NOT_A_SINK = """
