@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_FENCE",
     "DEFAULT_PROFILE",
     "DEFAULT_SEED",
+    "DEFAULT_STAGING_CLASSES",
     "DEFAULT_TIMEOUTS",
     "OPTIONS",
     "Option",
@@ -44,6 +45,7 @@ __all__ = [
 DEFAULT_CONTRACT = "capture"
 DEFAULT_SEED = 1729
 DEFAULT_ENTRY_CLASS = "tokcap_spec.records:TokenEntry"
+DEFAULT_STAGING_CLASSES = "tokcap"
 DEFAULT_FENCE: Final = "any"
 DEFAULT_PROFILE = "ci"
 DEFAULT_TIMEOUTS = {"quick": 30.0, "ci": 30.0, "thorough": 120.0}
@@ -170,6 +172,15 @@ OPTIONS = (
         metavar="JSON",
     ),
     Option(
+        "staging-classes",
+        "the staging classes the kit stages records of and requires stage results of: tokcap "
+        "(tokcap_spec.staging's, any result read by its fields), gym (NeMo Gym 0.7.0's, as "
+        "Gym's capture passes and checks them) or a module path defining StagedCallRecord, "
+        "StagedCallBaseSnapshot and StageResult",
+        DEFAULT_STAGING_CLASSES,
+        metavar="tokcap|gym|MODULE",
+    ),
+    Option(
         "config",
         "a Gym config file whose token_id_capture block names the sink",
         "none",
@@ -194,7 +205,7 @@ OPTIONS = (
         "declare a capability (repeatable)",
         "none",
         multiple=True,
-        choices=("no-delete", "process-local"),
+        choices=("no-delete", "process-local", "read-back"),
     ),
     Option(
         "seed",

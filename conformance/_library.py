@@ -66,6 +66,7 @@ def run_conformance(
     report_md: str | Path | None = None,
     junit: str | Path | None = None,
     contract: str = DEFAULT_CONTRACT,
+    staging_classes: str | None = None,
 ) -> Verdicts:
     """Judge ``sink`` (``"module.path:ClassName"``) and return the conformance report.
 
@@ -78,7 +79,9 @@ def run_conformance(
     run is then ``partial``). ``report``, ``report_md`` and ``junit`` are paths to write the
     JSON, markdown and junit reports to. With ``contract="staging-v2"``, ``sink`` and
     ``source`` (and their kwargs) name the staging sink and source, and the STAGE family is
-    judged; ``lineage``, ``fence`` and ``entry_class`` belong to the capture contract.
+    judged; ``lineage``, ``fence`` and ``entry_class`` belong to the capture contract, and
+    ``staging_classes`` (``"tokcap"``, ``"gym"`` or a module path: the classes records are
+    staged as and results must be) to the staging contract.
 
     Safe to call from a script with or without an ``if __name__ == "__main__"`` guard (spawned
     workers never run the caller's script) and from inside a running event loop (the checks
@@ -148,6 +151,7 @@ def _settings(arguments: dict[str, Any], scratch: Path) -> KitSettings:
         "seed": None if arguments["seed"] is None else str(arguments["seed"]),
         "timeout": None if arguments["timeout"] is None else str(arguments["timeout"]),
         "entry-class": arguments["entry_class"],
+        "staging-classes": arguments["staging_classes"],
         "report": None if arguments["report"] is None else str(arguments["report"]),
         "report-md": None if arguments["report_md"] is None else str(arguments["report_md"]),
     }

@@ -182,6 +182,8 @@ class Verdicts:
             target["observed_fence"] = self.observations["fence"]
         if self.settings.lineage:
             target["lineage"] = self.settings.lineage
+        if self.settings.staging:
+            target["staging_classes"] = self.settings.staging_classes
         clauses = {}
         for clause, e in sorted(self.clauses.items(), key=lambda item: _order(item[0])):
             clauses[clause] = {"outcome": e.outcome, "tests": list(e.tests), "message": e.message}

@@ -23,6 +23,7 @@ from tokcap_pytest import (
     DEFAULT_FENCE,
     DEFAULT_PROFILE,
     DEFAULT_SEED,
+    DEFAULT_STAGING_CLASSES,
     DEFAULT_TIMEOUTS,
     OPTIONS,
     Option,
@@ -36,6 +37,7 @@ __all__ = [
     "DEFAULT_FENCE",
     "DEFAULT_PROFILE",
     "DEFAULT_SEED",
+    "DEFAULT_STAGING_CLASSES",
     "FENCES",
     "OPTIONS",
     "PROFILES",
@@ -88,6 +90,9 @@ class KitSettings:
     contract: str = DEFAULT_CONTRACT
     """The contract judged. Under ``staging-v2``, ``sink`` and ``source`` (and their kwargs)
     are the staging sink and source the run names."""
+    staging_classes: str = DEFAULT_STAGING_CLASSES
+    """The staging classes records are staged as and results must be instances of
+    (``staging-v2`` only): ``tokcap``, ``gym`` or a module path."""
 
     def __post_init__(self) -> None:
         if not self.source:
@@ -227,6 +232,12 @@ def _build(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
                 "pass --tokcap-contract=staging-v2 (env TOKCAP_CONTRACT, ini tokcap_contract) "
                 "with it"
             )
+    staging_capabilities = sorted(_capabilities(raw) & set(_STAGING_CAPABILITIES))
+    if staging_capabilities:
+        raise SettingsError(
+            f"--tokcap-capability={staging_capabilities[0]} (from {raw['capability'][1]}) is a "
+            "capability of a staging store: pass --tokcap-contract=staging-v2 with it"
+        )
     allow_real_store = _switch(raw, "allow-real-store")
     sink, sink_kwargs, config_path, real_store = _sink_target(raw, tmp_root, allow_real_store)
     source = _target(raw, "source") if "source" in raw else ""
@@ -247,7 +258,15 @@ def _build(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
     )
 
 
-_STAGING_ONLY = ("staging-sink", "staging-sink-kwargs", "staging-source", "staging-source-kwargs")
+_STAGING_ONLY = (
+    "staging-sink",
+    "staging-sink-kwargs",
+    "staging-source",
+    "staging-source-kwargs",
+    "staging-classes",
+)
+_STAGING_CAPABILITIES = ("read-back",)
+"""Capabilities only a staging store declares."""
 _CAPTURE_ONLY = (
     "sink",
     "sink-kwargs",
@@ -288,7 +307,21 @@ def _build_staging(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSe
         source=source,
         source_kwargs=_source_kwargs(raw, "staging-source-kwargs", tmp_root, sink_kwargs),
         contract=str(contract),
+        staging_classes=_staging_classes(raw),
     )
+
+
+def _staging_classes(raw: dict[str, tuple[Any, str]]) -> str:
+    if "staging-classes" not in raw:
+        return DEFAULT_STAGING_CLASSES
+    value, where = raw["staging-classes"]
+    from tokcap_spec.staging.classes import WireClassesError, wire_classes
+
+    try:
+        wire_classes(str(value).strip())
+    except WireClassesError as exc:
+        raise SettingsError(f"--tokcap-staging-classes={value!r} (from {where}): {exc}") from None
+    return str(value).strip()
 
 
 def _source_kwargs(

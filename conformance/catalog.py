@@ -1373,7 +1373,9 @@ CLAUSES: tuple[Clause, ...] = (
             "staging source a plain method `fetch(staging_keys)`; neither is a coroutine "
             "function. `stage` answers a `StageResult`, or an object with its `ok`, "
             "`staging_key` and `error`: `ok` a bool, with a non-empty string key when it is "
-            "true and a non-empty error when it is false. `fetch` answers a list."
+            "true and a non-empty error when it is false. A caller that names its classes gets "
+            "an instance of its own `StageResult` (NeMo Gym's capture refuses any other class), "
+            "whichever record class it hands over. `fetch` answers a list."
         ),
         why=(
             "Gym calls `stage` from a completion thread while it answers the request and reads "
@@ -1383,11 +1385,15 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         how_broken=(
             "An `async def stage` copied from a capture sink; returning a bare key or a dict; "
-            "`ok=True` with an empty key; `ok=False` with no error."
+            "`ok=True` with an empty key; `ok=False` with no error; answering tokcap's (or its "
+            "own) result class to Gym's capture, which turns every call into a failed capture."
         ),
         hazards=(
             "Each method inspected on the instance; results of a valid call, of a call the "
-            "sink must refuse, and of a re-stage, each read as Gym reads a result."
+            "sink must refuse, and of a re-stage, each read as Gym reads a result. With "
+            "`--tokcap-staging-classes=gym` (or a module path) every record the kit stages, in "
+            "this process, from threads and in spawned stagers, is of those classes, and every "
+            "answer must be an instance of their `StageResult`."
         ),
         checked_by=KIT,
     ),
@@ -1630,6 +1636,38 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "Schema version 1 and 3, digest version 1 and 3, extras digest version 2, each on "
             "an otherwise valid record handed over unvalidated."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="STAGE-11",
+        family="STAGE",
+        title="Extras and attachments read back, where offered",
+        promise=(
+            "A store that declares `read-back` offers `fetch_extras(staging_keys)` and "
+            "`fetch_attachments(staging_key)` on its source. `fetch_extras` answers, for each "
+            "key in the order asked (repeats included), the extras staged with that call "
+            "exactly (`None` for a call staged without); `fetch_attachments` answers the "
+            "mapping of every attachment staged with the call, each value exactly as staged, "
+            "bytes and text told apart (`{}` for a call staged without). Both raise `KeyError` "
+            "for a key that holds no call. Without the declaration the clause is not claimed."
+        ),
+        why=(
+            "Gym commits to a call's extras by digest only, and never reads attachments: the "
+            "processed media of a multimodal turn, or routed experts kept as extras, reach the "
+            "trainer only through the store. A store that acks them and keeps the record alone "
+            "loses them silently, and the trainer rebuilds a turn without its images."
+        ),
+        how_broken=(
+            "Attachments accepted as a keyword and never written; extras left out of the row "
+            "and so never stored; a JSON round trip that turns bytes into text or `-0.0` into "
+            "`0`; answers sorted or de-duplicated; `None` or `{}` for a key that holds nothing."
+        ),
+        hazards=(
+            "Calls with nested extras (`-0.0`, booleans, unicode), with none, and a child's; "
+            "attachments of bytes and text, empty and 200 KB, with names holding `/` and "
+            "unicode; read back by a source built afterwards, in shuffled order with repeats; "
+            "a key that holds nothing, alone and among staged ones."
         ),
         checked_by=KIT,
     ),

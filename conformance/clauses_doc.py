@@ -105,6 +105,9 @@ reported, and changes what the kit expects rather than excusing a failure.
 - `process-local`: the target keeps records in one process and does not claim to serve
   spawned workers. The checks that need other processes (SPAWN, and MASK-1 across
   processes) are reported as not claimed. Such a target suits single-process setups only.
+- `read-back` (staging only): the staging source offers `fetch_extras(staging_keys)` and
+  `fetch_attachments(staging_key)`, and STAGE-11 judges them; without it STAGE-11 is not
+  claimed.
 
 ## Lineage resolvers
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from reference._staging_codec import decode, encode, explain
 from reference._staging_entry import StagedEntry, checked_attachments
@@ -20,6 +20,7 @@ from tokcap_spec.staging import (
     StageResult,
     distinct_staging_key,
 )
+from tokcap_spec.staging.classes import WireClasses, wire_classes, wire_classes_of
 
 __all__ = ["PutIfAbsent", "gather", "stage_with"]
 
@@ -32,13 +33,32 @@ class _Refused(Exception):
     """A call the store will not stage; the message says why."""
 
 
-def stage_with(record: object, attachments: object, put: PutIfAbsent) -> StageResult:
+def stage_with(
+    record: object, attachments: object, put: PutIfAbsent, classes: WireClasses | None = None
+) -> Any:
     """Stage ``record`` with ``attachments`` through ``put``, never raising.
 
     Ok with the key when the call is now stored, or was already stored as exactly this call;
     a failure saying why otherwise: an invalid record or attachments, a key holding another
-    call, a storage error, or anything else that went wrong.
+    call, a storage error, or anything else that went wrong. The answer is a ``StageResult`` of
+    ``classes`` when given, else of the record's own classes (NeMo Gym's for Gym's record),
+    else tokcap_spec's.
     """
+    answer = classes or wire_classes_of(record) or wire_classes()
+    try:
+        result = _staged(record, attachments, put)
+    except Exception as exc:  # stage reports every failure in its result, never raises
+        result = StageResult(
+            ok=False, error=f"staging failed unexpectedly: {type(exc).__name__}: {exc}"
+        )
+    try:
+        return answer.result_of(result)
+    except Exception as exc:  # a result class that refuses the answer is reported, not raised
+        failed = f"the answer could not be built as {answer.describe()}: {exc}"
+        return StageResult(ok=False, error=failed)
+
+
+def _staged(record: object, attachments: object, put: PutIfAbsent) -> StageResult:
     try:
         entry, document = _admit(record, attachments)
         stored = put(entry.key, document)
@@ -49,10 +69,6 @@ def stage_with(record: object, attachments: object, put: PutIfAbsent) -> StageRe
         return StageResult(ok=False, error=str(exc))
     except OSError as exc:
         return StageResult(ok=False, error=f"the staging store could not store the call: {exc}")
-    except Exception as exc:  # stage reports every failure in its result, never raises
-        return StageResult(
-            ok=False, error=f"staging failed unexpectedly: {type(exc).__name__}: {exc}"
-        )
 
 
 def gather(keys: Iterable[str], load: Callable[[str], bytes | None]) -> list[StagedEntry]:
@@ -82,15 +98,17 @@ def gather(keys: Iterable[str], load: Callable[[str], bytes | None]) -> list[Sta
 
 
 def _admit(record: object, attachments: object) -> tuple[StagedEntry, bytes]:
-    if not isinstance(record, StagedCallRecord):
+    if not _is_staged_record(record):
         raise _Refused(
-            f"stage takes a tokcap_spec.staging.StagedCallRecord, got {_type_name(record)}"
+            "stage takes a StagedCallRecord (tokcap_spec.staging's or NeMo Gym's), got "
+            f"{_type_name(record)}"
         )
     try:
         checked = checked_attachments(attachments)
     except TypeError as exc:
         raise _Refused(f"the attachments cannot be staged: {exc}") from None
-    # Validated afresh from its fields: an instance may have been built without validation.
+    # Validated afresh from its fields: an instance may have been built without validation,
+    # and a record of another set of classes (NeMo Gym's) is read by its wire fields.
     try:
         valid = StagedCallRecord.model_validate(dict(vars(record)))
     except ValidationError as exc:
@@ -121,6 +139,13 @@ def _read(key: str, document: bytes) -> StagedEntry:
     if entry.key != key:
         raise StagedCallCorruptError(key, f"it holds the call of key {entry.key!r}")
     return entry
+
+
+def _is_staged_record(record: object) -> bool:
+    """Whether ``record`` is a pydantic ``StagedCallRecord`` of any set of staging classes."""
+    return isinstance(record, BaseModel) and any(
+        cls.__name__ == "StagedCallRecord" for cls in type(record).__mro__
+    )
 
 
 def _type_name(value: Any) -> str:

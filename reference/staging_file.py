@@ -27,7 +27,7 @@ class FileStagingStore(KeyedStagingStore):
       call is durable: its file is written to a temporary file and synced, linked into place
       (a link never replaces a file), and the directory synced. Otherwise it returns
       ``ok=False`` with an error saying what is wrong: a record that is not a valid
-      :class:`~tokcap_spec.staging.StagedCallRecord` (another type, another schema or digest
+      ``StagedCallRecord``, tokcap_spec's or NeMo Gym's (another type, another schema or digest
       version, a digest that does not recompute), attachments that are not a mapping of
       ``str`` to ``bytes`` or ``str``, or an error of the file system, which leaves nothing
       fetchable under the key (the linked file is removed if the directory sync fails).
@@ -49,8 +49,14 @@ class FileStagingStore(KeyedStagingStore):
     one key, so a key's file is only linked, or removed after a failed sync, under its lock.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        """Open the store in ``root``, creating it if need be; ``OSError`` if that fails."""
+    def __init__(self, root: str | os.PathLike[str], *, classes: str | None = None) -> None:
+        """Open the store in ``root``, creating it if need be; ``OSError`` if that fails.
+
+        ``classes`` names the staging classes it answers with (``"gym"`` for NeMo Gym's
+        capture; see :class:`~reference._staging_store.KeyedStagingStore`); ``ValueError``
+        when they cannot be loaded.
+        """
+        self._answer_with(classes)
         self.root = os.fspath(root)
         self._calls = os.path.join(self.root, "calls")
         self._locks = os.path.join(self.root, "locks")

@@ -25,8 +25,8 @@ class MemoryStagingStore(KeyedStagingStore):
     - ``stage`` never raises. It returns ``ok`` with the key
       :func:`~tokcap_spec.staging.distinct_staging_key` makes of the record's ids once the
       call is stored, or ``ok=False`` with an error saying what is wrong, storing nothing: a
-      record that is not a valid :class:`~tokcap_spec.staging.StagedCallRecord` (another type,
-      another schema or digest version, a digest that does not recompute), attachments that
+      record that is not a valid ``StagedCallRecord``, tokcap_spec's or NeMo Gym's (another
+      type, another schema or digest version, a digest that does not recompute), attachments that
       are not a mapping of ``str`` to ``bytes`` or ``str``, a failure of the store.
     - Staging exactly the call a key holds again (the same digest, which commits to the
       extras and to the columns as float32, and the same attachments) changes nothing and is
@@ -42,7 +42,10 @@ class MemoryStagingStore(KeyedStagingStore):
       changes nothing stored, and every row fetched is a new object.
     """
 
-    def __init__(self, namespace: str | None = None) -> None:
+    def __init__(self, namespace: str | None = None, *, classes: str | None = None) -> None:
+        """``classes`` names the staging classes it answers with (``"gym"`` for NeMo Gym's
+        capture; see :class:`~reference._staging_store.KeyedStagingStore`)."""
+        self._answer_with(classes)
         if namespace is not None and not isinstance(namespace, str):
             raise TypeError(f"namespace must be a str or None, got {type(namespace).__name__}")
         if namespace is None:

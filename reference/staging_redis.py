@@ -71,7 +71,7 @@ class RedisStagingStore(KeyedStagingStore):
       reply only with ``appendonly yes`` and ``appendfsync always``; nothing waits for
       replicas, so a failover may lose an ok call: ``fetch`` then reports it missing, and its
       key is free again). Otherwise it returns ``ok=False`` with an error saying what is wrong:
-      a record that is not a valid :class:`~tokcap_spec.staging.StagedCallRecord` (another
+      a record that is not a valid ``StagedCallRecord``, tokcap_spec's or NeMo Gym's (another
       type, another schema or digest version, a digest that does not recompute), attachments
       that are not a mapping of ``str`` to ``bytes`` or ``str``, or a failure of the server or
       of reaching it (refused connection, timeout, out of memory, a read-only replica, a
@@ -115,9 +115,13 @@ class RedisStagingStore(KeyedStagingStore):
         allow_eviction: bool = False,
         socket_timeout: float = 10.0,
         retries: int = 3,
+        classes: str | None = None,
     ) -> None:
         """Check the arguments, connecting to nothing; ``ValueError`` or ``TypeError`` naming
-        the one that is wrong, never the password."""
+        the one that is wrong, never the password. ``classes`` names the staging classes it
+        answers with (``"gym"`` for NeMo Gym's capture; see
+        :class:`~reference._staging_store.KeyedStagingStore`)."""
+        self._answer_with(classes)
         self._shown = ShownUrl.parse(url)
         try:
             parse_url(url)

@@ -396,7 +396,7 @@ def threads(kit: Kit) -> None:
     batches = [records[i::_THREADS] for i in range(_THREADS)]
 
     def staged_batch(batch: list[StagedCallRecord]) -> Any:
-        return [sink.raw.stage(record) for record in batch]
+        return [sink.raw.stage(steps.wired(kit, record)) for record in batch]
 
     results = _together(kit, [lambda b=batch: staged_batch(b) for batch in batches])
     staged = []
@@ -427,7 +427,14 @@ def processes(kit: Kit) -> None:
     answers = stage_elsewhere(kit, batches)
     staged = []
     for batch, answer in zip(batches, answers, strict=True):
-        for record, (ok, key, error) in zip(batch, answer, strict=True):
+        for record, (ok, key, error, answered) in zip(batch, answer, strict=True):
+            if answered:
+                kit.fail(
+                    clause="STAGE-1",
+                    expected=f"stage in a spawned interpreter to answer a {answered[0]}",
+                    observed=f"it answered {answered[1]}",
+                    hint=f"return {answered[0]}: the caller refuses any other class",
+                )
             if ok is not True or not isinstance(key, str) or not key:
                 kit.fail(
                     expected="every valid call staged from racing processes to be ok",
@@ -478,7 +485,8 @@ def racing_restages(kit: Kit) -> None:
     calls = _calls(kit)
     sink, source = kit.staging_sink(), kit.staging_source()
     record = calls.root(length=64)
-    results = _together(kit, [lambda: sink.raw.stage(record) for _ in range(8)])
+    handed = steps.wired(kit, record)
+    results = _together(kit, [lambda: sink.raw.stage(handed) for _ in range(8)])
     read = [_answered(kit, result, "an identical stage from a thread") for result in results]
     keys = {answer.key for answer in read if answer.ok}
     if not all(answer.ok for answer in read) or len(keys) != 1:
@@ -491,7 +499,8 @@ def racing_restages(kit: Kit) -> None:
     _expect_fetched(kit, source, [(keys.pop(), record)], "fetched")
     base = calls.root(length=8)
     rivals = [calls.variant(base, weight_version=base.weight_version + 1 + i) for i in range(8)]
-    results = _together(kit, [lambda r=rival: sink.raw.stage(r) for rival in rivals])
+    handed_rivals = [steps.wired(kit, rival) for rival in rivals]
+    results = _together(kit, [lambda r=rival: sink.raw.stage(r) for rival in handed_rivals])
     for rival, result in zip(rivals, results, strict=True):
         answer = _answered(kit, result, "a racing stage of a rival call")
         if answer.ok:
@@ -718,3 +727,170 @@ def other_versions(kit: Kit) -> None:
             kit, sink, record, why=f", after a record of {field} {value} with its ids was refused"
         )
         steps.expect_row(kit, steps.fetch_one(kit, source, key), record, "the row")
+
+
+# --- STAGE-11 --------------------------------------------------------------------------------
+
+_READ_BACK = "read-back"
+_READ_BACK_METHODS = ("fetch_extras", "fetch_attachments")
+
+
+def _claim_read_back(kit: Kit) -> None:
+    if not kit.claims(_READ_BACK):
+        raise NotClaimed(
+            "the store does not declare read-back (--tokcap-capability=read-back): "
+            "fetch_extras and fetch_attachments are not judged"
+        )
+
+
+def _read_back_source(kit: Kit) -> PlainEndpoint:
+    """A fresh source with plain read-back methods; one without breaks STAGE-11."""
+    __tracebackhide__ = True
+    source = kit.staging_source()
+    for name in _READ_BACK_METHODS:
+        method = getattr(source.raw, name, None)
+        if not callable(method):
+            kit.fail(
+                expected=f"a source declaring read-back to have a plain method {name}",
+                observed=f"{type(source.raw).__name__} has no callable {name}",
+                hint="define fetch_extras(staging_keys) and fetch_attachments(staging_key), or "
+                "do not declare read-back",
+            )
+        if inspect.iscoroutinefunction(method):
+            kit.fail(
+                expected=f"{name} to be a plain method, as fetch is",
+                observed=f"{name} is a coroutine function",
+                hint=f"define {name} with 'def'",
+            )
+    return source
+
+
+def _read(kit: Kit, call: Any, shown: str) -> Any:
+    """Call a read-back method; a raise breaks STAGE-11."""
+    __tracebackhide__ = True
+    try:
+        return call()
+    except Exception as exc:
+        kit.fail(
+            expected=f"{shown} of keys stage answered ok to answer",
+            observed=kit.redact(f"it raised {type(exc).__name__}: {exc}"),
+            hint="every key an ok stage returned keeps its extras and attachments",
+        )
+
+
+def _expect_key_error(kit: Kit, call: Any, shown: str) -> None:
+    __tracebackhide__ = True
+    try:
+        answered = call()
+    except KeyError:
+        return
+    except Exception as exc:
+        kit.fail(
+            expected=f"{shown} to raise KeyError: a key holds no call",
+            observed=kit.redact(f"it raised {type(exc).__name__}: {exc}"),
+            hint="raise KeyError (StagedCallMissingError is one) for a key that holds nothing",
+        )
+    kit.fail(
+        expected=f"{shown} to raise KeyError: a key holds no call",
+        observed=kit.redact(f"it answered {steps.shown_value(answered)}"),
+        hint="raise KeyError (StagedCallMissingError is one); never answer None or {} for a "
+        "key that holds nothing",
+    )
+
+
+def _extras_calls(calls: CallFactory) -> list[StagedCallRecord]:
+    root = calls.root(
+        extras={
+            "experts": [[1, 2], [3, 4]],
+            "z": -0.0,
+            "nested": {"a": [1, 2.5, None, "x"], "b": True, "c": 0},
+            "text": "caf\u00e9/\U0001f600\u2028",
+        }
+    )
+    return [root, calls.child(root, extras={"turn": 1, "flag": False}), calls.root()]
+
+
+@check("STAGE-11", "extras")
+def extras_read_back(kit: Kit) -> None:
+    """Every staged call's extras come back exact, in the order asked.
+
+    Read by a fresh source, shuffled with repeats; a key that holds nothing raises KeyError,
+    alone and after a staged key.
+    """
+    _claim_read_back(kit)
+    calls = _calls(kit)
+    sink = kit.staging_sink()
+    records = _extras_calls(calls)
+    staged = [(steps.stage_ok(kit, sink, record), record) for record in records]
+    source = _read_back_source(kit)
+    picked = [staged[1], staged[0], staged[2], staged[0], staged[1]]
+    kit.random.shuffle(picked)
+    keys = [key for key, _ in picked]
+    shown = f"fetch_extras of {len(keys)} keys"
+    answered = _read(kit, lambda: source.raw.fetch_extras(list(keys)), shown)
+    if not isinstance(answered, list) or len(answered) != len(keys):
+        kit.fail(
+            expected=f"{shown} to answer a list of {len(keys)}, one per key asked",
+            observed=kit.redact(f"it answered {steps.shown_value(answered)}"),
+            hint="answer one entry per key asked, repeats included, in request order",
+        )
+    for (key, record), got in zip(picked, answered, strict=True):
+        difference = steps.value_difference(record.extras, got)
+        if difference:
+            kit.fail(
+                expected=f"the extras under {key!r} to be the ones staged with the call",
+                observed=kit.redact(difference),
+                hint="store the extras with the record and read them back as staged: types, "
+                "-0.0 and nesting kept",
+            )
+    absent = distinct_staging_key(calls.rollout_id("never-staged"), "call-0")
+    for asked, where in (([absent], "alone"), ([staged[0][0], absent], "after a staged key")):
+        _expect_key_error(
+            kit,
+            lambda asked=asked: source.raw.fetch_extras(list(asked)),
+            f"fetch_extras with a key that holds nothing {where}",
+        )
+
+
+def _attachment_sets() -> list[dict[str, Any] | None]:
+    return [
+        {"image": bytes(range(256)), "caption": "a cat/\U0001f600", "empty": b"", "blank": ""},
+        {"frames/0": b"\x00" * 200_000, "\u00fcber": "bytes? no, text"},
+        None,
+        {"one": b"1"},
+    ]
+
+
+@check("STAGE-11", "attachments")
+def attachments_read_back(kit: Kit) -> None:
+    """Every attachment staged with a call comes back exact, bytes and text told apart.
+
+    Read by a fresh source in shuffled order; a key that holds nothing raises KeyError.
+    """
+    _claim_read_back(kit)
+    calls = _calls(kit)
+    sink = kit.staging_sink()
+    staged = []
+    for attachments in _attachment_sets():
+        record = calls.root()
+        staged.append((steps.stage_ok(kit, sink, record, attachments), attachments or {}))
+    source = _read_back_source(kit)
+    order = list(staged)
+    kit.random.shuffle(order)
+    for key, attachments in order:
+        shown = f"fetch_attachments({key!r})"
+        got = _read(kit, lambda key=key: source.raw.fetch_attachments(key), shown)
+        difference = steps.value_difference(attachments, got)
+        if difference:
+            kit.fail(
+                expected=f"{shown} to answer every attachment staged with the call, as staged",
+                observed=kit.redact(difference),
+                hint="store the attachments in the same durable write as the record, or refuse "
+                "the call; never ack attachments that were not stored",
+            )
+    absent = distinct_staging_key(calls.rollout_id("never-staged"), "call-0")
+    _expect_key_error(
+        kit,
+        lambda: source.raw.fetch_attachments(absent),
+        "fetch_attachments of a key that holds nothing",
+    )

@@ -258,7 +258,11 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         ("tokcap:" if settings.staging else f"tokcap: fence={settings.fence}")
         + f" capabilities={','.join(sorted(settings.capabilities)) or 'none'}"
         f" seed={settings.seed} profile={settings.profile} timeout={settings.timeout:g}s"
-        + ("" if settings.staging else f" entry-class={settings.entry_class}")
+        + (
+            f" staging-classes={settings.staging_classes}"
+            if settings.staging
+            else f" entry-class={settings.entry_class}"
+        )
         + f" {sink_role}-kwargs={','.join(sorted(settings.sink_kwargs)) or 'none'}",
     ]
     if settings.config is not None:

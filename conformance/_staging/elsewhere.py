@@ -17,7 +17,7 @@ from typing import Any
 
 from conformance._kit import Kit
 from conformance._secrecy import scrub
-from conformance._settings import DEFAULT_ENTRY_CLASS
+from conformance._settings import DEFAULT_ENTRY_CLASS, DEFAULT_STAGING_CLASSES
 from conformance._workers import Built, Job, Meeting, Progress, Supervisor, WorkerOutcome
 
 __all__ = ["Answer", "build_elsewhere", "fetch_elsewhere", "run_elsewhere", "stage_elsewhere"]
@@ -51,12 +51,15 @@ def _answered(value: Any, error: str = "") -> WorkerOutcome:
 
 @dataclass(frozen=True)
 class _StageJob:
-    """Stage each record (JSON) from one sink, once every sibling has built its own."""
+    """Stage each record (JSON) from one sink, once every sibling has built its own, as an
+    instance of the run's staging classes; answer ``(ok, key, error, wrong class)`` per stage,
+    the last ``()`` or ``(required class, answered class)``."""
 
     target: str
     kwargs: dict[str, Any] = field(repr=False)
     records: tuple[str, ...]
     entry_class: str = DEFAULT_ENTRY_CLASS
+    staging_classes: str = DEFAULT_STAGING_CLASSES
 
     def endpoints(self) -> tuple[tuple[str, str, dict[str, Any]], ...]:
         return (("staging sink", self.target, self.kwargs),)
@@ -66,23 +69,31 @@ class _StageJob:
 
     async def run(self, built: Built, progress: Progress, meeting: Meeting) -> WorkerOutcome:
         from tokcap_spec.staging import StagedCallRecord
+        from tokcap_spec.staging.classes import wire_classes
 
+        explicit = self.staging_classes != DEFAULT_STAGING_CLASSES
+        classes = wire_classes(self.staging_classes)
         sink = built.staging_sink
-        answers: list[tuple[Any, Any, str]] = []
+        answers: list[tuple[Any, Any, str, tuple[str, ...]]] = []
         try:
             for number, text in enumerate(self.records, 1):
-                record = StagedCallRecord.model_validate_json(text)
+                record = classes.record_of(StagedCallRecord.model_validate_json(text))
                 progress.call("stage", f"stage {number} of {len(self.records)}")
                 try:
                     result = sink.stage(record)
                 except Exception as exc:
                     return _answered(answers, f"stage raised {type(exc).__name__}: {exc}")
                 progress.acked += 1
+                wrong: tuple[str, ...] = ()
+                if explicit and not isinstance(result, classes.result):
+                    answered = f"{type(result).__module__}.{type(result).__qualname__}"
+                    wrong = (classes.describe(), answered)
                 answers.append(
                     (
                         getattr(result, "ok", None),
                         getattr(result, "staging_key", None),
                         str(getattr(result, "error", "")),
+                        wrong,
                     )
                 )
             return _answered(answers)
@@ -196,7 +207,7 @@ def run_elsewhere(
 
 def stage_elsewhere(
     kit: Kit, batches: Sequence[Sequence[Any]], *, clause: str | None = None
-) -> list[list[tuple[Any, Any, str]]]:
+) -> list[list[tuple[Any, Any, str, tuple[str, ...]]]]:
     """Stage each batch of records from a sink of its own in its own spawned interpreter, all
     starting together; return what each ``stage`` answered, batch by batch."""
     __tracebackhide__ = True
@@ -204,7 +215,12 @@ def stage_elsewhere(
     jobs: list[tuple[str, Job]] = [
         (
             f"spawned stager {number}",
-            _StageJob(target, kwargs, tuple(record.model_dump_json() for record in batch)),
+            _StageJob(
+                target,
+                kwargs,
+                tuple(record.model_dump_json() for record in batch),
+                staging_classes=kit.settings.staging_classes,
+            ),
         )
         for number, batch in enumerate(batches)
     ]

@@ -9,13 +9,16 @@ the clause it breaks: a malformed answer breaks STAGE-1 whatever the check, a ra
 from __future__ import annotations
 
 import inspect
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from conformance._kit import Kit, PlainEndpoint
+from conformance._settings import DEFAULT_STAGING_CLASSES
 from conformance._staging.calls import float32_bits
 from tokcap_spec.staging import StagedCallBaseSnapshot, StagedCallRecord
+from tokcap_spec.staging.classes import WireClasses, wire_classes
 
 __all__ = [
     "Staged",
@@ -25,8 +28,12 @@ __all__ = [
     "fetch_one",
     "read_result",
     "read_row",
+    "required_classes",
+    "shown_value",
     "stage",
     "stage_ok",
+    "value_difference",
+    "wired",
 ]
 
 _FLOAT_COLUMNS = ("token_mask_delta", "generation_log_probs_delta")
@@ -41,10 +48,43 @@ class Staged:
     error: str
 
 
-def read_result(kit: Kit, result: Any, doing: str) -> Staged:
-    """Read a ``stage`` answer as Gym reads it; a malformed one breaks STAGE-1."""
+def required_classes(kit: Kit) -> WireClasses | None:
+    """The staging classes the run names (``--tokcap-staging-classes``), or None by default:
+    records are then tokcap_spec's and a result is read by its fields."""
+    name = kit.settings.staging_classes
+    return None if name == DEFAULT_STAGING_CLASSES else wire_classes(name)
+
+
+def wired(kit: Kit, record: Any) -> Any:
+    """``record`` as the run's staging classes carry it: the call a sink will meet."""
+    classes = required_classes(kit)
+    return record if classes is None else classes.record_of(record)
+
+
+_A_RECORD = object()
+"""What :func:`read_result` is told when the answer is to a record of the run's classes."""
+
+
+def read_result(kit: Kit, result: Any, doing: str, handed: Any = _A_RECORD) -> Staged:
+    """Read a ``stage`` answer as Gym reads it; a malformed one breaks STAGE-1.
+
+    Under ``--tokcap-staging-classes`` the answer to a record of those classes (``handed``, by
+    default one) must be an instance of their ``StageResult``, as NeMo Gym's capture requires
+    of its own; what a sink answers for anything else (``None``, a dict) is read by its fields,
+    since such a caller hands over nothing else.
+    """
     __tracebackhide__ = True
     _refuse_awaitable(kit, result, "stage", f"{doing} to answer a StageResult")
+    classes = required_classes(kit)
+    typed = handed is _A_RECORD or (classes is not None and isinstance(handed, classes.record))
+    if classes is not None and typed and not isinstance(result, classes.result):
+        kit.fail(
+            clause="STAGE-1",
+            expected=f"{doing} to answer a {classes.describe()}",
+            observed=f"it answered {type(result).__module__}.{type(result).__qualname__}",
+            hint=f"return {classes.describe()}: the caller refuses any other class "
+            "(NeMo Gym's capture turns it into a failed capture)",
+        )
     missing = [name for name in ("ok", "staging_key", "error") if not hasattr(result, name)]
     if missing:
         kit.fail(
@@ -106,6 +146,7 @@ def stage(
     """
     __tracebackhide__ = True
     doing = doing or f"stage({_ids(record)})"
+    record = wired(kit, record)
     try:
         if attachments is None:
             result = sink.stage(record)
@@ -118,7 +159,7 @@ def stage(
             observed=kit.redact(f"it raised {type(exc).__name__}: {exc}"),
             hint="catch every error in stage and return StageResult(ok=False, error=...)",
         )
-    return read_result(kit, result, doing)
+    return read_result(kit, result, doing, record)
 
 
 def stage_ok(
@@ -363,3 +404,44 @@ def _shown_rows(kit: Kit, rows: Any) -> str:
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return " ".join(lines[:3]) if lines else ""
+
+
+def value_difference(wanted: Any, got: Any, where: str = "") -> str:
+    """What tells ``got`` from ``wanted``, ``""`` when they are the same value: the same types
+    all the way down (``True`` is not ``1``, ``b"x"`` not ``"x"``), floats to their bits
+    (``-0.0`` is not ``0.0``), mappings by their keys, sequences element by element."""
+    at = f" at {where}" if where else ""
+    if type(got) is not type(wanted):
+        return f"wanted {_short(wanted)}{at}, got {type(got).__name__} {_short(got)}"
+    if isinstance(wanted, float):
+        if struct.pack(">d", wanted) != struct.pack(">d", got):
+            return f"wanted {wanted!r}{at}, got {got!r}"
+        return ""
+    if isinstance(wanted, Mapping):
+        if set(wanted) != set(got):
+            lost, extra = (
+                sorted(map(repr, set(wanted) - set(got))),
+                sorted(map(repr, set(got) - set(wanted))),
+            )
+            return f"keys differ{at}: missing {lost or 'none'}, unexpected {extra or 'none'}"
+        for name in wanted:
+            found = value_difference(wanted[name], got[name], f"{where}[{name!r}]")
+            if found:
+                return found
+        return ""
+    if isinstance(wanted, list | tuple):
+        if len(wanted) != len(got):
+            return f"wanted {len(wanted)} items{at}, got {len(got)}"
+        for index, (one, other) in enumerate(zip(wanted, got, strict=True)):
+            found = value_difference(one, other, f"{where}[{index}]")
+            if found:
+                return found
+        return ""
+    return "" if wanted == got else f"wanted {_short(wanted)}{at}, got {_short(got)}"
+
+
+def shown_value(value: Any) -> str:
+    """A short description of an answer: its type, and its length for a container."""
+    if isinstance(value, list | tuple | dict):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"{type(value).__name__} {_short(value)}"

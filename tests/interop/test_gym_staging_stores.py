@@ -9,16 +9,18 @@ and ``verify_and_linearize`` checks them against the receipt (fields, digests, t
 cumulative hashes, the mask order) and rebuilds the training row, whose floats must be the
 ones generated, bit for bit.
 
-Gym's records and tokcap's are two classes of one wire format, so the only glue is
-:class:`GymSink`, which carries a record and a result across by their fields, as a framework
-holding both packages would.
+There is no glue: each store is handed to ``install_capture`` as it is. Built with
+``classes="gym"`` it answers Gym's ``StageResult`` and fetches Gym's ``StagedCallBaseSnapshot``
+rows, which ``verify_and_linearize`` takes as they come; built without, it still answers Gym's
+``StageResult`` to Gym's records, so Gym's capture stages through it.
 """
 
 from __future__ import annotations
 
 import importlib
 import struct
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,7 +29,12 @@ import pytest
 from spec.staged_calls import FLOAT32_MAX, FLOAT32_TINIEST
 
 from reference import FileStagingStore, MemoryStagingStore, RedisStagingStore
-from tokcap_spec.staging import StagedCallRecord, distinct_staging_key, extras_digest
+from tokcap_spec.staging import (
+    StagedCallRecord,
+    StageResult,
+    distinct_staging_key,
+    extras_digest,
+)
 
 Store = MemoryStagingStore | FileStagingStore | RedisStagingStore
 WEIGHT_VERSION = 7
@@ -44,25 +51,21 @@ def gym(gym_root: Path) -> SimpleNamespace:
     )
 
 
-@pytest.fixture
-def store(staging_store: Store) -> Store:
-    """Each reference staging store in turn (``staging_store`` in ``tests/conftest.py``)."""
-    return staging_store
-
-
-class GymSink:
-    """Gym's ``StagingSink`` over a reference store: Gym's record in, Gym's result out."""
-
-    def __init__(self, store: Store, gym: SimpleNamespace) -> None:
-        self.store, self.gym = store, gym
-
-    def stage(self, record: Any, *, attachments: Mapping[str, Any] | None = None) -> Any:
-        ours = StagedCallRecord.model_validate(record.model_dump())
-        if attachments is None:
-            result = self.store.stage(ours)
-        else:
-            result = self.store.stage(ours, attachments=attachments)
-        return self.gym.records.StageResult.model_validate(result.model_dump())
+@pytest.fixture(params=["memory", "file", "redis", "redis-cluster"])
+def store(request: pytest.FixtureRequest, tmp_path: Path, gym: SimpleNamespace) -> Iterator[Store]:
+    """Each reference staging store in turn, empty and built for Gym (``classes="gym"``): in
+    memory, in a directory, on one Redis node and on a Redis Cluster."""
+    if request.param == "memory":
+        yield MemoryStagingStore(classes="gym")
+    elif request.param == "file":
+        yield FileStagingStore(tmp_path / "staging", classes="gym")
+    else:
+        server = request.getfixturevalue(
+            "redis_cluster" if request.param == "redis-cluster" else "redis_server"
+        )
+        redis = RedisStagingStore(server.url, namespace=f"s-{uuid.uuid4().hex}", classes="gym")
+        yield redis
+        redis.close()
 
 
 def bits(values: list[float]) -> list[str]:
@@ -73,7 +76,7 @@ def capture(gym: SimpleNamespace, store: Store) -> Any:
     """Gym's worker capture, installed on Gym's minimal serving layer over ``store``."""
     return gym.capture.install_capture(
         gym.capture.CaptureHost(),
-        sink=GymSink(store, gym),
+        sink=store,
         weight_version_fn=lambda: WEIGHT_VERSION,
     )
 
@@ -138,8 +141,8 @@ def stage_rollout(gym: SimpleNamespace, store: Store, rollout_id: str, root_id: 
 def verified(gym: SimpleNamespace, store: Store, receipt: Any) -> Any:
     """Fetch the receipt's rows through ``store`` and have Gym validate and verify them."""
     rows = store.fetch([row.staging_key for row in receipt.manifest])
-    gym_rows = [gym.records.StagedCallBaseSnapshot.model_validate(row.model_dump()) for row in rows]
-    return gym.rebuild.verify_and_linearize(receipt, gym_rows)
+    assert all(isinstance(row, gym.records.StagedCallBaseSnapshot) for row in rows)
+    return gym.rebuild.verify_and_linearize(receipt, rows)
 
 
 def test_the_stores_satisfy_gyms_staging_protocols(gym: SimpleNamespace, store: Store) -> None:
@@ -212,6 +215,23 @@ def test_gym_rejects_a_row_that_does_not_match_its_receipt(
     """The judge is live: rows fetched in the wrong order fail Gym's verification."""
     receipt = stage_rollout(gym, store, "rollout-1", "call-0")
     rows = store.fetch([row.staging_key for row in reversed(receipt.manifest)])
-    gym_rows = [gym.records.StagedCallBaseSnapshot.model_validate(row.model_dump()) for row in rows]
     with pytest.raises(gym.rebuild.ReceiptVerificationError, match="snapshot_order_mismatch"):
-        gym.rebuild.verify_and_linearize(receipt, gym_rows)
+        gym.rebuild.verify_and_linearize(receipt, rows)
+
+
+def test_a_store_built_without_classes_answers_gyms_result_to_gyms_record(
+    gym: SimpleNamespace, staging_store: Store
+) -> None:
+    """Built with no ``classes`` kwarg, each store (``staging_store`` in ``tests/conftest.py``)
+    answers Gym's record with Gym's ``StageResult``, so Gym's capture stages both calls, and
+    answers tokcap_spec's record with tokcap_spec's."""
+    receipt = stage_rollout(gym, staging_store, "rollout-1", "call-0")
+    assert [row.staging_key for row in receipt.manifest] == [
+        distinct_staging_key("rollout-1", "call-0"),
+        distinct_staging_key("rollout-1", "call-0/child"),
+    ]
+    child_key = receipt.manifest[1].staging_key
+    (row,) = staging_store.fetch([child_key])
+    again = staging_store.stage(StagedCallRecord.model_validate(row.model_dump()))
+    assert type(again) is StageResult
+    assert (again.ok, again.staging_key) == (True, child_key)

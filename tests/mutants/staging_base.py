@@ -168,6 +168,26 @@ class StagingBase:
             raise StagedCallMissingError(missing)
         return [rows[key] for key in staging_keys]  # type: ignore[misc]
 
+    # --- reading back (the read-back capability, STAGE-11) ------------------------------------
+
+    def stored(self, staging_keys: list[str]) -> list[tuple[StagedCallRecord, dict[str, Any]]]:
+        found = {key: self.read(key) for key in dict.fromkeys(staging_keys)}
+        missing = [key for key, data in found.items() if data is None]
+        if missing:
+            raise StagedCallMissingError(missing)
+        decoded = {key: self.decode(data)[1:] for key, data in found.items()}  # type: ignore[arg-type]
+        return [decoded[key] for key in staging_keys]
+
+    def fetch_extras(self, staging_keys: list[str]) -> list[dict[str, Any] | None]:
+        return [record.extras for record, _ in self.stored(staging_keys)]
+
+    def fetch_attachments(self, staging_key: str) -> dict[str, bytes | str]:
+        ((_, attachments),) = self.stored([staging_key])
+        return {
+            name: bytes.fromhex(value["bytes"]) if "bytes" in value else value["str"]
+            for name, value in attachments.items()
+        }
+
 
 class UncheckedReads(StagingBase):
     """Reads stored calls back without validating them: what is on disk is what is fetched."""

@@ -127,14 +127,22 @@ CORRECT = (
         ),
         kwargs=None,
     ),
-    JudgedStore("StagingBase", "staging_base:StagingBase", contract="staging-v2"),
     JudgedStore(
-        "FileStagingStore", "reference.staging_file:FileStagingStore", contract="staging-v2"
+        "StagingBase",
+        "staging_base:StagingBase",
+        ("--tokcap-capability=read-back",),
+        contract="staging-v2",
+    ),
+    JudgedStore(
+        "FileStagingStore",
+        "reference.staging_file:FileStagingStore",
+        ("--tokcap-capability=read-back",),
+        contract="staging-v2",
     ),
     JudgedStore(
         "MemoryStagingStore",
         "reference.staging_memory:MemoryStagingStore",
-        ("--tokcap-capability=process-local",),
+        ("--tokcap-capability=process-local", "--tokcap-capability=read-back"),
         kwargs='{"namespace": "kit"}',
         contract="staging-v2",
     ),
@@ -190,6 +198,8 @@ class KitRun:
     exit_code: int
     seconds: float
     clauses: dict[str, Any] = field(default_factory=dict)
+    judged: dict[str, Any] = field(default_factory=dict)
+    """The report's ``target``: what was judged, and with which classes and capabilities."""
     problem: str = ""
     output: str = ""
     timelines: tuple[str, ...] = ()
@@ -292,7 +302,8 @@ def run_kit(target: JudgedStore, extra: Sequence[str] = ()) -> KitRun:
             return KitRun(
                 target, done.returncode, seconds, problem="no report: " + " / ".join(tail)
             )
-        clauses = json.loads(report.read_text(encoding="utf-8"))["clauses"]
+        written = json.loads(report.read_text(encoding="utf-8"))
+        clauses = written["clauses"]
         pictures = tuple(
             path.name
             for path in sorted(Path(scratch).glob("*timeline*.html"))
@@ -303,6 +314,7 @@ def run_kit(target: JudgedStore, extra: Sequence[str] = ()) -> KitRun:
             done.returncode,
             seconds,
             clauses,
+            judged=written["target"],
             output=output[-4000:],
             timelines=pictures,
             junit_failures=_junit_failures(junit),

@@ -477,3 +477,42 @@ class AnyVersion(StagingBase):
             return StagedCallRecord.model_validate(fields)
         except ValueError as exc:
             raise Refused(f"invalid record: {exc}") from None
+
+
+READ_BACK = ("--tokcap-capability=read-back",)
+
+
+class AttachmentsNeverStored(StagingBase):
+    """STAGE-11: attachments are taken as a keyword and acked, but only the record is written.
+
+    The store was written for text-only calls; the keyword was added so multimodal calls stop
+    failing, and a re-stage is compared by digest alone, so nothing ever notices.
+    """
+
+    breaks: ClassVar[str] = "STAGE-11"
+    flags: ClassVar[tuple[str, ...]] = READ_BACK
+
+    def encode(self, key: str, record: StagedCallRecord, attachments: dict[str, Any]) -> bytes:
+        return StagingBase.encode(self, key, record, {})
+
+    def same(
+        self,
+        stored: tuple[StagedCallRecord, dict[str, Any]],
+        offered: tuple[StagedCallRecord, dict[str, Any]],
+    ) -> bool:
+        return stored[0].digest == offered[0].digest
+
+
+class ExtrasLeftOut(UncheckedReads):
+    """STAGE-11: the record is stored as its metadata-only row, so its extras are lost.
+
+    The digest still commits to them through ``extras_digest``, so every row fetched verifies;
+    only a consumer that reads the extras back finds ``None``.
+    """
+
+    breaks: ClassVar[str] = "STAGE-11"
+    flags: ClassVar[tuple[str, ...]] = READ_BACK
+
+    def encode(self, key: str, record: StagedCallRecord, attachments: dict[str, Any]) -> bytes:
+        row = json.loads(record.model_dump_json(exclude={"extras"}))
+        return json.dumps({"key": key, "record": row, "attachments": attachments}).encode()
