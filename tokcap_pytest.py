@@ -181,6 +181,13 @@ OPTIONS = (
         metavar="tokcap|gym|MODULE",
     ),
     Option(
+        "budget",
+        "cost limits that fail the COST clauses when exceeded, such as "
+        "loop-hold=5ms,put-p99=20ms,freeze-mib=50ms, or default (see docs/clauses.md, COST)",
+        "none: the COST family is not claimed",
+        metavar="KEY=DURATION,...",
+    ),
+    Option(
         "config",
         "a Gym config file whose token_id_capture block names the sink",
         "none",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import os
 import random
 import re
 import secrets
@@ -20,6 +21,7 @@ from contextlib import contextmanager
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from conformance import _constructions as constructions
+from conformance import _costs as costs
 from conformance._deadline import Overrun, Refused, Watch, current_watch, operations_of
 from conformance._entries import EntryFactory, load_entry_class
 from conformance._hints import null_log_prob
@@ -36,6 +38,8 @@ __all__ += ["run_token"]
 T = TypeVar("T")
 
 _RUN_TOKEN = secrets.token_hex(4)
+_KIT_CODE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+"""Where the kit's own code lives: coroutines from here are not the target's calls."""
 
 LINEAGE_ROLE = "lineage resolver"
 NO_LINEAGE = (
@@ -113,7 +117,7 @@ class Endpoint:
                 observed=f"it returned {type(result).__name__}",
                 hint="declare every protocol method with 'async def'",
             )
-        return self._kit.loop.run_until_complete(_as_coroutine(result))
+        return costs.run_measured(self._kit.loop, result, name, self._kit.check_id)
 
 
 class PlainEndpoint(Endpoint):
@@ -196,8 +200,13 @@ class Kit:
         A call that overruns raises :class:`conformance._deadline.Overrun`.
         """
         __tracebackhide__ = True
+        code = getattr(awaitable, "cr_code", None)
         with _discarded_unless_run([awaitable]), self.watch.call(operations_of(awaitable)):
-            return self.loop.run_until_complete(_as_coroutine(awaitable))
+            if code is not None and code.co_filename.startswith(_KIT_CODE):
+                # The kit's own coroutine around a call may hold the loop on purpose (put_held).
+                return self.loop.run_until_complete(awaitable)
+            operation = code.co_name if code is not None else ""
+            return costs.run_measured(self.loop, awaitable, operation, self.check_id)
 
     def gather(self, *awaitables: Awaitable[Any]) -> list[Any]:
         """Run several awaitables concurrently, within one deadline; exceptions are returned."""
@@ -207,8 +216,9 @@ class Kit:
             return list(await asyncio.gather(*awaitables, return_exceptions=True))
 
         names = [name for each in awaitables for name in operations_of(each)]
+        together_as = "concurrent " + ", ".join(sorted(set(names))) if names else "concurrent"
         with _discarded_unless_run(awaitables), self.watch.call(names):
-            return self.loop.run_until_complete(together())
+            return costs.run_measured(self.loop, together(), together_as, self.check_id)
 
     def sink(self) -> Endpoint:
         """Build a fresh sink from the target string and kwargs."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, ParamSpec
 
 from conformance import _constructions as constructions
+from conformance import _costs as costs
 from conformance import _secrecy as secrecy
 from conformance import _tempdir as tempdir
 from conformance._deadline import stop_checks
@@ -67,6 +68,7 @@ def run_conformance(
     junit: str | Path | None = None,
     contract: str = DEFAULT_CONTRACT,
     staging_classes: str | None = None,
+    budget: str | None = None,
 ) -> Verdicts:
     """Judge ``sink`` (``"module.path:ClassName"``) and return the conformance report.
 
@@ -152,6 +154,7 @@ def _settings(arguments: dict[str, Any], scratch: Path) -> KitSettings:
         "timeout": None if arguments["timeout"] is None else str(arguments["timeout"]),
         "entry-class": arguments["entry_class"],
         "staging-classes": arguments["staging_classes"],
+        "budget": arguments["budget"],
         "report": None if arguments["report"] is None else str(arguments["report"]),
         "report-md": None if arguments["report_md"] is None else str(arguments["report_md"]),
     }
@@ -262,6 +265,7 @@ def _judge(
     keep_hypothesis_out_of_the_project()
     restore = tempdir.redirect(_fresh(scratch, "tmp"))
     constructions.take()  # what earlier runs in this process built is theirs
+    costs.take()  # and what they measured
     try:
         with _warnings_masked():
             try:
@@ -280,6 +284,7 @@ def _judge(
     finally:
         stop_checks()
         verdicts.constructions += constructions.take()
+        verdicts.costs.add(costs.take())
         restore()
     complete = len(chosen) == len(_contract_checks(settings.contract))
     verdicts.run.finish(

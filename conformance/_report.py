@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
+from conformance._budget import shown
+from conformance._costs import CostLedger
 from conformance._notices import REAL_STORE
 from conformance._registry import family_of
 from conformance._secrecy import scrub
@@ -114,6 +116,8 @@ class Verdicts:
     """How many times the kit built the target in this process (spawned workers apart)."""
     tests: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Each kit test that ran: its status (passed, failed, skipped, not-claimed) and message."""
+    costs: CostLedger = field(default_factory=CostLedger)
+    """What the target's calls cost the checks' event loops, measured as the checks ran."""
 
     def record(
         self,
@@ -204,7 +208,13 @@ class Verdicts:
             "summary": self.summary(),
             "warnings": list(self.warnings),
             "constructions": self.constructions,
+            "costs": self._costs(),
         }
+
+    def _costs(self) -> dict[str, Any]:
+        measured = self.costs.as_json()
+        measured["budget"] = shown(self.settings.budget) if self.settings.budget else None
+        return measured
 
     def write_json(self, path: Path) -> None:
         text = json.dumps(self.as_json(), indent=2, ensure_ascii=False) + "\n"
@@ -249,6 +259,11 @@ class Verdicts:
             lines += ["```"]
         if data["warnings"]:
             lines += ["", "#### Warnings", ""] + [f"- {warning}" for warning in data["warnings"]]
+        costs = self.costs.as_markdown()
+        if costs:
+            budget = data["costs"]["budget"]
+            lines += ["", "#### Costs", "", f"budget: {budget or 'none (COST not claimed)'}", ""]
+            lines += costs
         return "\n".join(lines) + "\n"
 
     def write_markdown(self, path: Path) -> None:

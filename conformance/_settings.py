@@ -93,6 +93,9 @@ class KitSettings:
     staging_classes: str = DEFAULT_STAGING_CLASSES
     """The staging classes records are staged as and results must be instances of
     (``staging-v2`` only): ``tokcap``, ``gym`` or a module path."""
+    budget: Mapping[str, float] = field(default_factory=dict)
+    """The cost limits in seconds by key (:mod:`conformance._budget`); empty: COST is not
+    claimed."""
 
     def __post_init__(self) -> None:
         if not self.source:
@@ -255,6 +258,7 @@ def _build(raw: dict[str, tuple[Any, str]], tmp_root: _Scratch) -> KitSettings:
         config=config_path,
         entry_class=_entry_class(raw),
         real_store=real_store,
+        budget=_budget(raw),
     )
 
 
@@ -278,6 +282,7 @@ _CAPTURE_ONLY = (
     "allow-real-store",
     "fence",
     "entry-class",
+    "budget",
 )
 
 
@@ -517,6 +522,18 @@ def _path(raw: dict[str, tuple[Any, str]], name: str) -> Path | None:
     if name not in raw:
         return None
     return Path(os.path.expanduser(str(raw[name][0])))
+
+
+def _budget(raw: dict[str, tuple[Any, str]]) -> dict[str, float]:
+    if "budget" not in raw:
+        return {}
+    value, where = raw["budget"]
+    from conformance._budget import BudgetError, parse_budget
+
+    try:
+        return parse_budget(str(value))
+    except BudgetError as exc:
+        raise SettingsError(f"--tokcap-budget={value!r} (from {where}): {exc}") from None
 
 
 def _entry_class(raw: dict[str, tuple[Any, str]]) -> str:

@@ -52,6 +52,7 @@ FAMILY_TITLES = {
     "CLOSE": "Close",
     "EXT": "Extensions",
     "LINEAGE": "Lineage",
+    "COST": "Cost to the serving loop",
     "CFG": "Config",
     "CONS": "Consumer",
     "STAGE": "Staging",
@@ -1180,6 +1181,79 @@ CLAUSES: tuple[Clause, ...] = (
             "truncated history; two calls that answered alike with different tokens; the "
             "parent in a look-alike rollout (case, `.`, `_`, `-`) and asked in a rollout whose "
             "id is a prefix of the parent's; an entry stamped with version 1."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="COST-1",
+        family="COST",
+        title="No call holds the event loop beyond the budget",
+        promise=(
+            "Under a budget with `loop-hold` (or `loop-hold-max`), no call of the sink or "
+            "source holds the event loop it is awaited on longer than that: the p99 over the "
+            "calls of a serving-shaped workload (by nearest rank), or the longest of them. "
+            "Without such a limit the clause is not claimed."
+        ),
+        why=(
+            "A model server awaits `put` on the loop that answers every other request of the "
+            "worker. Blocking disk or network work inside the coroutine stalls every rollout "
+            "the worker serves for as long as it lasts, and NeMo Gym's own store promises to "
+            "store without blocking the loop."
+        ),
+        how_broken=(
+            "`os.fsync` or a synchronous HTTP client inside `async def put`; a lock taken with "
+            "a blocking acquire; serializing a long-context entry on the loop."
+        ),
+        hazards=(
+            "Small and long-context puts into several rollouts, one after another and "
+            "concurrently, then marks, freezes and drops, each call watched by a heartbeat "
+            "due every millisecond on its loop."
+        ),
+        checked_by=KIT,
+    ),
+    Clause(
+        id="COST-2",
+        family="COST",
+        title="Calls answer within the latency budget",
+        promise=(
+            "Under a budget with `OPERATION-p50`, `-p99` or `-max` for `put`, "
+            "`mark_incomplete`, `freeze` or `drop`, that operation's latency over the same "
+            "workload is within it. Without such a limit the clause is not claimed."
+        ),
+        why=(
+            "Every `put` is awaited before the model server answers the request, so its "
+            "latency is added to the rollout's; a trainer waits on every `freeze`. A store "
+            "that waits on a remote acknowledgement per call sets the pace of the whole run."
+        ),
+        how_broken=(
+            "Waiting for a replica or a queue's acknowledgement on every call; a sync per "
+            "call where a batch would do; retries with long back-offs on the normal path."
+        ),
+        hazards="The COST-1 workload, each call timed from the call to its answer.",
+        checked_by=KIT,
+    ),
+    Clause(
+        id="COST-3",
+        family="COST",
+        title="Freeze costs at most the budget per MiB",
+        promise=(
+            "Under a budget with `freeze-mib`, freezing a rollout of long-context entries "
+            "costs at most that per MiB of its token payload (the JSON text of its token ids "
+            "and log probs), the median of three freezes. Without the limit the clause is "
+            "not claimed."
+        ),
+        why=(
+            "The trainer freezes every rollout it trains on; a freeze that grows badly with "
+            "the rollout's size throttles the training loop on exactly the long episodes "
+            "that matter."
+        ),
+        how_broken=(
+            "Re-reading and re-parsing every record on each freeze; a round trip per entry; "
+            "copying the log once per entry."
+        ),
+        hazards=(
+            "A rollout of 24 entries of 8,192 prompt and 1,024 generated tokens each, put "
+            "and then frozen three times by a fresh source."
         ),
         checked_by=KIT,
     ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import json
 import os
 import secrets
 import shutil
@@ -24,6 +25,7 @@ import pytest
 
 from conformance import _channels as channels
 from conformance import _constructions as constructions
+from conformance import _costs as costs
 from conformance import _interrupt as interrupt
 from conformance import _secrecy as secrecy
 from conformance import _tempdir as tempdir
@@ -57,6 +59,8 @@ _PID_OUTPUT = "tokcap_pid"
 _LEFTOVERS_OUTPUT = "tokcap_leftovers"
 BUILT = "tokcap-constructions"
 """The property of a test's report that counts the constructions it made."""
+COSTS = "tokcap-costs"
+"""The property of a test's report that carries the costs it measured (JSON)."""
 SUITE = Path(__file__).with_name("suite") / "test_contract.py"
 
 
@@ -322,6 +326,9 @@ def pytest_runtest_makereport(
     built = constructions.take()
     if built:  # this report's own list: the item's is shared by its three phases
         report.user_properties = [*report.user_properties, (BUILT, built)]
+    measured = costs.take()
+    if measured:
+        report.user_properties = [*report.user_properties, (COSTS, json.dumps(measured))]
     return report
 
 
@@ -335,6 +342,9 @@ class _Constructions:
         self.verdicts.constructions += sum(
             int(str(value)) for key, value in report.user_properties if key == BUILT
         )
+        for key, value in report.user_properties:
+            if key == COSTS:
+                self.verdicts.costs.add(json.loads(str(value)))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -352,6 +362,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[
 
         verdicts.warnings += _left_behind(config, config.stash[SETTINGS_KEY])
         verdicts.constructions += constructions.take()
+        verdicts.costs.add(costs.take())
         conclude(session, verdicts)
         if interrupt.received():
             verdicts.run.finish("interrupted", f"terminated by {interrupt.received()}")

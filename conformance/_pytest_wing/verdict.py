@@ -89,6 +89,14 @@ class VerdictHooks:
         write(f"seed: {settings.seed} (replay this run with --tokcap-seed={settings.seed})")
         if "fence" in verdicts.observations:
             write(f"observed fence: {verdicts.observations['fence']}")
+        costs = verdicts.costs.as_lines()
+        if costs:
+            from conformance._budget import shown
+
+            budget = shown(settings.budget) if settings.budget else "none (COST not claimed)"
+            write(f"costs, measured as the checks ran (budget: {budget}):")
+            for line in costs:
+                write(line)
         for path in (settings.report, settings.report_md):
             if path is not None:
                 write(f"report written to {path}")

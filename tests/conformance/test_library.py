@@ -344,11 +344,11 @@ class TestStagingContract:
             UNGUARDED,
             "reference:FileStagingStore",
             {"root": "{tmp_path}"},
-            'contract="staging-v2",',
+            'contract="staging-v2", capabilities=["read-back"],',
         )
         report, _ = _script(tmp_path, body)
         assert (tmp_path / "runs.log").read_text() == "ran\n"
         assert report["contract"] == "staging-v2"
         assert report["run"]["status"] == "complete"
         assert set(_outcomes(report).values()) == {"passed"}
-        assert {f"STAGE-{number}" for number in range(1, 11)} <= set(report["clauses"])
+        assert {f"STAGE-{number}" for number in range(1, 12)} <= set(report["clauses"])

@@ -188,7 +188,7 @@ class TestVerdicts:
         }
         assert "| SPAWN-1 | not-claimed |" in (pytester.path / "r.md").read_text()
         result.stdout.fnmatch_lines(
-            ["SPAWN * 0 * 0 * 0 * 4", "clauses: * passed, 0 failed, 0 skipped, 8 not claimed"]
+            ["SPAWN * 0 * 0 * 0 * 4", "clauses: * passed, 0 failed, 0 skipped, 11 not claimed"]
         )
 
     def test_a_named_resolver_is_judged_and_reported(self, pytester: pytest.Pytester) -> None:
@@ -401,7 +401,8 @@ class TestWhereTheRunWrites:
         for shown in (
             "--tokcap-fence={any,strict}",
             "--tokcap-profile={quick,ci,thorough}",
-            "--tokcap-capability={no-delete,process-local}",
+            "--tokcap-capability={no-delete,process-local,read-back}",
+            "--tokcap-budget=KEY=DURATION,...",
             "--tokcap-sink=MODULE:CLASS",
             "--tokcap-report=PATH",
         ):

@@ -21,6 +21,8 @@ OPTIONAL = {"EXT-BEGIN-1", "EXT-RETIRE-1"}
 """The clauses of the extensions the first sink leaves out: skipped, never failed."""
 LINEAGE = {"LINEAGE-1", "LINEAGE-2", "LINEAGE-3"}
 """The clauses of a lineage resolver, which the first sink's run names none for: not claimed."""
+COST = {"COST-1", "COST-2", "COST-3"}
+"""The clauses of a cost budget, which the first sink's run names none of: not claimed."""
 
 
 def documented_command() -> list[str]:
@@ -47,16 +49,16 @@ def run_documented(python: str, folder: Path) -> subprocess.CompletedProcess[str
 
 
 def assert_green(done: subprocess.CompletedProcess[str], folder: Path) -> None:
-    """The run passed: every clause passed but the left-out extensions, skipped, and lineage,
-    not claimed."""
+    """The run passed: every clause passed but the left-out extensions, skipped, and lineage
+    and cost, not claimed."""
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((folder / "report.json").read_text())
     outcomes = {clause: entry["outcome"] for clause, entry in report["clauses"].items()}
     assert {clause for clause, outcome in outcomes.items() if outcome != "passed"} == (
-        OPTIONAL | LINEAGE
+        OPTIONAL | LINEAGE | COST
     )
     assert {outcomes[clause] for clause in OPTIONAL} == {"skipped"}
-    assert {outcomes[clause] for clause in LINEAGE} == {"not-claimed"}
+    assert {outcomes[clause] for clause in LINEAGE | COST} == {"not-claimed"}
     assert report["run"]["status"] == "complete"
     assert "| PUT-2 | passed |" in (folder / "report.md").read_text()
 

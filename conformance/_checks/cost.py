@@ -1,0 +1,156 @@
+"""COST: what the target costs the serving loop, held to the run's ``--tokcap-budget``.
+
+Each check runs a small serving-shaped workload of its own and is not claimed unless the
+budget names a limit of its clause. Calls are measured by :mod:`conformance._costs`, as every
+call the kit makes is; a call that errs fails the basic clause of its operation, never a COST
+clause.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+
+from conformance import _steps as step
+from conformance._budget import FREEZE_KEY, HOLD_KEYS, LATENCY_KEYS, shown
+from conformance._costs import Measured, payload_bytes, quantile, recording
+from conformance._kit import Kit
+from conformance._registry import check
+from conformance._violation import NotClaimed
+
+_ROLLOUTS = 4
+_SMALL_PUTS = 24
+_LARGE_PUTS = 2
+_SMALL = (64, 16)
+_LARGE = (8_192, 1_024)
+"""Prompt and generated tokens of a long-context call."""
+_FREEZE_ENTRIES = 24
+_FREEZES = 3
+
+
+def _limits(kit: Kit, keys: Iterable[str]) -> dict[str, float]:
+    keys = tuple(keys)
+    limits = {key: kit.settings.budget[key] for key in keys if key in kit.settings.budget}
+    if not limits:
+        named = ", ".join(keys)
+        raise NotClaimed(
+            f"no budget for {kit.clause}: pass --tokcap-budget with one of {named} (or default)"
+        )
+    return limits
+
+
+def _serve(kit: Kit) -> list[Measured]:
+    """Put small and long-context entries into a few rollouts, one at a time and then
+    concurrently; mark, freeze and drop them; return every call as measured."""
+    sink, source = kit.sink(), kit.source()
+    rollouts = [kit.rollout_id(f"serve{n}") for n in range(_ROLLOUTS)]
+    with recording() as calls:
+        for number in range(_SMALL_PUTS + _LARGE_PUTS):
+            size = _LARGE if number % 12 == 11 else _SMALL
+            for rollout in rollouts:
+                entry = kit.entries.entry(
+                    rollout, f"call-{number}", prompt_len=size[0], generation_len=size[1]
+                )
+                step.put(kit, sink, entry, clause="PUT-1")
+        together = [
+            sink.raw.put(kit.entries.entry(rollout, f"late-{n}", prompt_len=64, generation_len=16))
+            for n in range(2)
+            for rollout in rollouts
+        ]
+        errors = [error for error in kit.gather(*together) if isinstance(error, BaseException)]
+        if errors:
+            error = errors[0]
+            kit.fail(
+                clause="PUT-1",
+                expected="concurrent puts into several rollouts to be acked",
+                observed=kit.redact(f"{type(error).__name__}: {error}"),
+                hint="the contract allows no error for a valid put",
+            )
+        for rollout in rollouts[:2]:
+            step.mark(kit, sink, rollout, "call-0", clause="MASK-1")
+        for rollout in rollouts:
+            step.freeze(kit, source, rollout, clause="FREEZE-1")
+            view = step.freeze(kit, source, rollout, clause="FREEZE-1")
+            step.drop(kit, source, rollout, view.snapshot_id, view.version, clause="DROP-1")
+    return [call for call in calls if call.where == kit.check_id]
+
+
+def _worst(calls: list[Measured], value: str) -> Measured:
+    return max(calls, key=lambda call: getattr(call, value))
+
+
+@check("COST-1", "loop-hold")
+def loop_hold(kit: Kit) -> None:
+    """No call of a serving-shaped workload holds the event loop beyond the budget."""
+    limits = _limits(kit, HOLD_KEYS)
+    calls = _serve(kit)
+    holds = [call.hold for call in calls]
+    measured = {"loop-hold": quantile(holds, 0.99), "loop-hold-max": max(holds)}
+    worst = _worst(calls, "hold")
+    for key, limit in limits.items():
+        if measured[key] > limit:
+            what = "p99" if key == "loop-hold" else "longest"
+            kit.fail(
+                expected=f"the {what} event-loop hold of {len(calls)} calls within "
+                f"{shown({key: limit})}",
+                observed=f"{what} {measured[key] * 1e3:.1f} ms; the longest, "
+                f"{worst.hold * 1e3:.1f} ms, in a call of {worst.operation}",
+                hint="move blocking disk or network work off the loop (asyncio.to_thread, an "
+                "executor, or an async client); never call fsync or a blocking client inside "
+                "a coroutine",
+            )
+
+
+@check("COST-2", "latency")
+def latency(kit: Kit) -> None:
+    """Each operation of a serving-shaped workload answers within its latency budget."""
+    limits = _limits(kit, LATENCY_KEYS)
+    calls = _serve(kit)
+    for key, limit in limits.items():
+        operation, _, statistic = key.rpartition("-")
+        timed = [call for call in calls if call.operation == operation]
+        if not timed:
+            continue
+        seconds = [call.seconds for call in timed]
+        q = {"p50": 0.5, "p99": 0.99, "max": 1.0}[statistic]
+        value = quantile(seconds, q)
+        if value > limit:
+            kit.fail(
+                expected=f"{statistic} latency of {len(timed)} calls of {operation} within "
+                f"{shown({key: limit})}",
+                observed=f"{statistic} {value * 1e3:.1f} ms, the slowest "
+                f"{max(seconds) * 1e3:.1f} ms, the fastest {min(seconds) * 1e3:.1f} ms",
+                hint=f"find what each {operation} waits for: a per-call acknowledgement or sync "
+                "that could be batched, a lock held across I/O",
+            )
+
+
+@check("COST-3", "freeze-per-mib")
+def freeze_per_mib(kit: Kit) -> None:
+    """Freezing a rollout of long-context entries costs at most the budget per MiB."""
+    limit = _limits(kit, (FREEZE_KEY,))[FREEZE_KEY]
+    sink = kit.sink()
+    rollout = kit.rollout_id("large")
+    for number in range(_FREEZE_ENTRIES):
+        entry = kit.entries.entry(
+            rollout, f"call-{number}", prompt_len=_LARGE[0], generation_len=_LARGE[1]
+        )
+        step.put(kit, sink, entry, clause="PUT-1")
+    source = kit.source()
+    with recording() as calls:
+        views = [step.freeze(kit, source, rollout, clause="FREEZE-1") for _ in range(_FREEZES)]
+    seconds = [call.seconds for call in calls if call.operation == "freeze"]
+    size = payload_bytes(views[-1].raw)
+    if not seconds or not size:
+        return  # a freeze the meter cannot read is FREEZE-1's, judged by its own checks
+    mib = size / 2**20
+    per_mib = statistics.median(seconds) / mib
+    if per_mib > limit:
+        kit.fail(
+            expected=f"a freeze of {mib:.2f} MiB of token payload within "
+            f"{shown({FREEZE_KEY: limit})} per MiB",
+            observed=f"{per_mib * 1e3:.1f} ms per MiB (median of {len(seconds)} freezes: "
+            f"{statistics.median(seconds) * 1e3:.1f} ms)",
+            hint="read a rollout's records in one pass and build the snapshot once; avoid a round "
+            "trip or a re-parse per entry",
+        )

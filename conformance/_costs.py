@@ -1,0 +1,319 @@
+"""What the judged target costs the serving loop, measured while the checks run.
+
+Every call a check makes into the target on its event loop is timed, and a heartbeat runs on
+that loop beside it: a timer due every millisecond that notes how late it fires, the way the
+benchmarks measure lag. How long the longest such wait lasted is how long the call held the
+loop from every other rollout the worker serves. A freeze of at least
+:data:`LARGE_FREEZE_BYTES` of token payload also counts toward the freeze cost per MiB.
+
+Measuring adds no call to the target. The samples of the calls made since the last
+:func:`take` are handed to whoever gathers them (the pytest wing per test, across xdist
+workers; :func:`conformance.run_conformance` once per run) and added up in a
+:class:`CostLedger`. Spawned workers' calls are not measured: their loops are their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import statistics
+import threading
+import time
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+__all__ = [
+    "LARGE_FREEZE_BYTES",
+    "MEASURED",
+    "PERIOD",
+    "REFERENCE",
+    "Beat",
+    "CostLedger",
+    "Measured",
+    "payload_bytes",
+    "quantile",
+    "recording",
+    "run_measured",
+    "take",
+]
+
+T = TypeVar("T")
+
+MEASURED = ("put", "mark_incomplete", "freeze", "drop", "begin_call", "retire", "delete")
+"""The operations whose latency is reported, in the order a report lists them."""
+PERIOD = 0.001
+"""The heartbeat's period (seconds): holds shorter than this are not seen."""
+LARGE_FREEZE_BYTES = 16 * 1024
+"""A freeze counts toward the cost per MiB when its token payload is at least this large, so
+that a freeze's fixed cost does not pass for a cost per byte."""
+_LARGE_TOKENS = LARGE_FREEZE_BYTES // 16
+"""Below this many token values a payload cannot reach :data:`LARGE_FREEZE_BYTES` (no token
+id or log prob takes 16 characters of JSON), so it is not measured at all."""
+
+REFERENCE: Mapping[str, Any] = {
+    "target": "reference:FileTokenStore",
+    "source": "docs/performance.md (2026-12-04, 2 cores, load 2.0 to 2.5)",
+    "loop_hold_p99_ms": 1.99,
+    "put_small_p50_ms": 0.464,
+    "put_large_p50_ms": 1.104,
+    "freeze_ms_per_mib": 7.0,
+}
+"""The reference file store's documented figures, shown beside the target's."""
+
+_TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+
+
+class Beat:
+    """A heartbeat on ``loop`` from now until :meth:`stop`: the longest the loop was held.
+
+    The first beat is due at once, so a call that does blocking work before its first await
+    shows it; each later beat is due :data:`PERIOD` after the one before.
+    """
+
+    __slots__ = ("_expected", "_handle", "_last", "_loop", "worst")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._last = time.perf_counter()
+        self._expected = 0.0
+        self.worst = 0.0
+        self._handle: asyncio.Handle = loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        late = now - self._last - self._expected
+        if late > self.worst:
+            self.worst = late
+        self._last, self._expected = now, PERIOD
+        self._handle = self._loop.call_later(PERIOD, self._tick)
+
+    def stop(self) -> float:
+        """Stop beating; return the longest hold (seconds), the one still going included."""
+        self._handle.cancel()
+        late = time.perf_counter() - self._last - self._expected
+        return max(self.worst, late, 0.0)
+
+
+@dataclass
+class _Samples:
+    latency: dict[str, list[float]] = field(default_factory=dict)
+    holds: list[tuple[float, str, str]] = field(default_factory=list)
+    freezes: list[tuple[float, int]] = field(default_factory=list)
+
+
+_lock = threading.Lock()
+_untaken = _Samples()
+_local = threading.local()
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One call as :func:`recording` saw it."""
+
+    operation: str
+    seconds: float
+    hold: float
+    where: str
+
+
+@contextmanager
+def recording() -> Iterator[list[Measured]]:
+    """Also collect, into the list this yields, every call this thread measures meanwhile."""
+    calls: list[Measured] = []
+    previous = getattr(_local, "calls", None)
+    _local.calls = calls
+    try:
+        yield calls
+    finally:
+        _local.calls = previous
+
+
+def run_measured(
+    loop: asyncio.AbstractEventLoop, awaitable: Awaitable[T], operation: str, where: str
+) -> T:
+    """Run ``awaitable`` to completion on ``loop``, timing it as a call of ``operation`` (an
+    operation of :data:`MEASURED`, or any label for a hold alone) made by check ``where``."""
+    __tracebackhide__ = True
+    holds: list[float] = []
+
+    async def beside() -> T:
+        beat = Beat(loop)
+        try:
+            return await awaitable
+        finally:
+            holds.append(beat.stop())
+
+    started = time.perf_counter()
+    result = loop.run_until_complete(beside())
+    seconds = time.perf_counter() - started
+    large = payload_bytes(result) if operation == "freeze" else 0
+    recorded = getattr(_local, "calls", None)
+    if recorded is not None:
+        recorded.append(Measured(operation, seconds, holds[0] if holds else 0.0, where))
+    with _lock:
+        if operation in MEASURED:
+            _untaken.latency.setdefault(operation, []).append(seconds)
+        if holds:
+            _untaken.holds.append((holds[0], operation, where))
+        if large:
+            _untaken.freezes.append((seconds, large))
+    return result
+
+
+def payload_bytes(snapshot: Any) -> int:
+    """The JSON size of a snapshot's token lists when it is at least
+    :data:`LARGE_FREEZE_BYTES`, else 0 (small, or not a snapshot the kit can read)."""
+    try:
+        entries = list(getattr(snapshot, "entries", None) or ())
+        lists = [_token_list(entry, name) for entry in entries for name in _TOKEN_FIELDS]
+        if sum(len(values) for values in lists) < _LARGE_TOKENS:
+            return 0
+        size = sum(len(json.dumps(values)) for values in lists)
+    except Exception:  # a malformed snapshot is the checks' to judge, not the meter's
+        return 0
+    return size if size >= LARGE_FREEZE_BYTES else 0
+
+
+def _token_list(entry: Any, name: str) -> list[Any]:
+    found = entry.get(name) if isinstance(entry, Mapping) else getattr(entry, name, None)
+    return list(found) if isinstance(found, list | tuple) else []
+
+
+def take() -> dict[str, Any]:
+    """The samples measured since the last call, as plain JSON values; empty when none."""
+    global _untaken
+    with _lock:
+        taken, _untaken = _untaken, _Samples()
+    if not (taken.latency or taken.holds or taken.freezes):
+        return {}
+    return {
+        "latency": taken.latency,
+        "holds": [list(hold) for hold in taken.holds],
+        "freezes": [list(freeze) for freeze in taken.freezes],
+    }
+
+
+def quantile(values: Iterable[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` by nearest rank: p99 of 100 values is the second
+    largest, of 99 or fewer the largest."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    return ordered[max(0, math.ceil(len(ordered) * q) - 1)]
+
+
+@dataclass
+class CostLedger:
+    """Every cost sample of a run, added up from what :func:`take` handed over."""
+
+    samples: _Samples = field(default_factory=_Samples)
+
+    def add(self, taken: Mapping[str, Any]) -> None:
+        """Add what :func:`take` returned (in this process or another)."""
+        for operation, seconds in dict(taken.get("latency") or {}).items():
+            self.samples.latency.setdefault(str(operation), []).extend(map(float, seconds))
+        for seconds, operation, where in taken.get("holds") or ():
+            self.samples.holds.append((float(seconds), str(operation), str(where)))
+        for seconds, size in taken.get("freezes") or ():
+            self.samples.freezes.append((float(seconds), int(size)))
+
+    def as_json(self) -> dict[str, Any]:
+        """The report's ``costs``: latency per operation, loop holds, freeze cost per MiB."""
+        calls = {
+            operation: _spread(self.samples.latency[operation])
+            for operation in MEASURED
+            if self.samples.latency.get(operation)
+        }
+        holds = self.samples.holds
+        loop_hold: dict[str, Any] = {"calls": len(holds)}
+        if holds:
+            loop_hold.update(_spread([seconds for seconds, _, _ in holds]))
+            worst = max(holds)
+            loop_hold["worst_operation"], loop_hold["worst_check"] = worst[1], worst[2]
+        freezes = self.samples.freezes
+        mib = sum(size for _, size in freezes) / 2**20
+        freeze: dict[str, Any] = {"large_freezes": len(freezes), "mib": round(mib, 3)}
+        if freezes:
+            freeze["ms_per_mib"] = round(sum(s for s, _ in freezes) * 1e3 / mib, 2)
+        return {
+            "measured": "calls made on the checks' event loops in the kit's own processes; "
+            "spawned workers apart",
+            "calls": calls,
+            "loop_hold": loop_hold,
+            "freeze": freeze,
+            "reference": dict(REFERENCE),
+        }
+
+    def as_markdown(self) -> list[str]:
+        """A short table of the costs, with the reference file store's documented figures."""
+        data = self.as_json()
+        if not data["calls"] and not data["loop_hold"]["calls"]:
+            return []
+        lines = [
+            "| cost | calls | p50 ms | p99 ms | max ms |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for operation, spread in data["calls"].items():
+            lines.append(f"| `{operation}` latency | {_row(spread)} |")
+        hold = data["loop_hold"]
+        if hold["calls"]:
+            lines.append(f"| event-loop hold | {_row(hold)} |")
+        freeze = data["freeze"]
+        if "ms_per_mib" in freeze:
+            lines.append(
+                f"| freeze, ms per MiB | {freeze['large_freezes']} | {freeze['ms_per_mib']} | | |"
+            )
+        reference = data["reference"]
+        lines += [
+            "",
+            f"For comparison, `{reference['target']}` ({reference['source']}): loop hold p99 "
+            f"{reference['loop_hold_p99_ms']} ms, put p50 {reference['put_small_p50_ms']} ms "
+            f"small and {reference['put_large_p50_ms']} ms large, freeze "
+            f"{reference['freeze_ms_per_mib']} ms per MiB.",
+        ]
+        return lines
+
+    def as_lines(self) -> list[str]:
+        """The costs as a few aligned lines for the terminal summary."""
+        data = self.as_json()
+        lines = []
+        rows = [(f"{operation} latency", spread) for operation, spread in data["calls"].items()]
+        if data["loop_hold"]["calls"]:
+            rows.append(("event-loop hold", data["loop_hold"]))
+        for what, spread in rows:
+            lines.append(
+                f"  {what:<24} {spread.get('count', spread.get('calls')):>6} calls  p50 "
+                f"{spread['p50_ms']:>8.3f} ms  p99 {spread['p99_ms']:>8.3f} ms  max "
+                f"{spread['max_ms']:>8.3f} ms"
+            )
+        freeze = data["freeze"]
+        if "ms_per_mib" in freeze:
+            lines.append(
+                f"  {'freeze per MiB':<24} {freeze['large_freezes']:>6} large  "
+                f"{freeze['ms_per_mib']} ms per MiB"
+            )
+        if lines:
+            reference = data["reference"]
+            lines.append(
+                f"  for comparison, {reference['target']}: loop hold p99 "
+                f"{reference['loop_hold_p99_ms']} ms, freeze {reference['freeze_ms_per_mib']} "
+                f"ms per MiB ({reference['source']})"
+            )
+        return lines
+
+
+def _spread(seconds: list[float]) -> dict[str, Any]:
+    return {
+        "count": len(seconds),
+        "p50_ms": round(statistics.median(seconds) * 1e3, 3),
+        "p99_ms": round(quantile(seconds, 0.99) * 1e3, 3),
+        "max_ms": round(max(seconds) * 1e3, 3),
+    }
+
+
+def _row(spread: Mapping[str, Any]) -> str:
+    count = spread.get("count", spread.get("calls"))
+    return f"{count} | {spread['p50_ms']} | {spread['p99_ms']} | {spread['max_ms']}"

@@ -1,0 +1,76 @@
+"""COST mutants: correct stores that cost the serving loop more than the default budget allows.
+
+Each is judged with ``--tokcap-budget=default`` and keeps every other promise; its cost shows
+only on long-context calls, as it would in production, where the short calls of a test suite
+hide it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import ClassVar
+
+from base import BaseStore
+
+from tokcap_spec.protocols import TokenCaptureSnapshot
+from tokcap_spec.records import TokenEntry
+
+BUDGET = ("--tokcap-budget=default",)
+LONG_CONTEXT = 4_096
+"""Prompt tokens from which a call counts as long-context for these stores."""
+
+
+def _long(entry: TokenEntry) -> bool:
+    return len(entry.prompt_token_ids) >= LONG_CONTEXT
+
+
+class BlockingUploadPut(BaseStore):
+    """COST-1: a long-context entry is uploaded with a blocking client inside ``put``.
+
+    Short entries go into the local log; long ones are sent to an object store with a
+    synchronous HTTP client, so the event loop that serves every other rollout of the worker
+    stands still for the whole upload.
+    """
+
+    breaks: ClassVar[str] = "COST-1"
+    flags: ClassVar[tuple[str, ...]] = BUDGET
+
+    async def put(self, entry: TokenEntry) -> None:
+        if isinstance(entry, TokenEntry) and _long(entry):
+            time.sleep(0.2)  # the blocking upload
+        await super().put(entry)
+
+
+class WaitsForReplicaAck(BaseStore):
+    """COST-2: a long-context put waits for a replica's acknowledgement before it returns.
+
+    The wait is awaited, so the loop stays free, but every long call's answer to the model
+    server is late by the replica's round trip and queueing.
+    """
+
+    breaks: ClassVar[str] = "COST-2"
+    flags: ClassVar[tuple[str, ...]] = BUDGET
+
+    async def put(self, entry: TokenEntry) -> None:
+        await super().put(entry)
+        if isinstance(entry, TokenEntry) and _long(entry):
+            await asyncio.sleep(0.8)  # the replica's acknowledgement
+
+
+class FetchesEachEntryOnFreeze(BaseStore):
+    """COST-3: freeze fetches each long-context entry's payload with a round trip of its own.
+
+    The snapshot is right, and a freeze of short calls is quick; a rollout of long calls costs
+    one remote read per entry, far more per MiB than reading the rollout in one pass.
+    """
+
+    breaks: ClassVar[str] = "COST-3"
+    flags: ClassVar[tuple[str, ...]] = BUDGET
+
+    async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
+        snapshot = await super().freeze(rollout_id)
+        for entry in snapshot.entries:
+            if _long(entry):
+                await asyncio.sleep(0.03)  # one remote read per entry
+        return snapshot
