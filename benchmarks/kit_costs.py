@@ -12,6 +12,7 @@ verdicts. Figures are what the checks' own calls cost, not a load test: ``worklo
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import tempfile
 from pathlib import Path
@@ -41,6 +42,8 @@ ROWS = (
 def _targets() -> list[tuple[str, dict[str, Any]]]:
     from gym_peer import gym_modules
 
+    # Imported before gym_modules puts tests/ (with its own tests/reference) on sys.path.
+    importlib.import_module("reference")
     gym_modules()  # puts the pinned release on sys.path, for this process and spawned ones
     root = {"root": "{tmp_path}"}
     return [

@@ -15,6 +15,7 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from conformance._hazards import line_break_text
 from conformance._reading import record_fields
 from conformance._targets import Unresolved, resolve
 
@@ -56,11 +57,17 @@ LOOKALIKE_CALL_IDS = (
     "a\\tb",
     "a%2Fb",
     "a%252Fb",
+    "a\u2028b",
+    "a\u2029b",
+    "a\x85b",
+    "a\rb",
+    "a\r\nb",
 )
 """Call ids a sanitizing, case-folding, normalizing or escaping key scheme would merge (PUT-6,
 LINEAGE-2): separators, case, composed and decomposed accents, a trailing space, a ligature, and
 characters an escaping writes as the very text another id holds (a newline and a backslash
-followed by ``n``, ``/`` and ``%2F``) when it leaves its escape character unescaped."""
+followed by ``n``, ``/`` and ``%2F``) when it leaves its escape character unescaped, and the
+line breaks a line reader splits at that a JSON writer leaves raw (U+2028, U+2029, U+0085)."""
 
 
 class EntryClassError(ValueError):
@@ -180,7 +187,8 @@ class EntryFactory:
         """Return an entry carrying what transports get wrong (PUT-2).
 
         ``-inf`` and ``-0.0`` log probs, full 64-bit floats, the edges of the token id range,
-        unicode text, routed experts or None, fractional timestamps and unknown extra fields.
+        unicode text, routed experts or None, fractional timestamps and unknown extra fields,
+        one holding every line break ``str.splitlines`` knows.
         """
         rng = self.rng
         fields = self.plain_fields(
@@ -205,7 +213,11 @@ class EntryFactory:
             output_items=items,
             token_item_index=1,
             created_at=1.7e9 + rng.random() * 1e6,
-            x_extra_field={"note": rng.choice(_TEXTS), "n": rng.randrange(1000)},
+            x_extra_field={
+                "note": rng.choice(_TEXTS),
+                "n": rng.randrange(1000),
+                "lines": line_break_text(),
+            },
         )
         return self.build(**fields)
 

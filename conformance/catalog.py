@@ -506,7 +506,9 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "An 8,192/2,048-token entry with `-inf` and `-0.0` log probs, full 64-bit floats, "
             "token ids 0 and 2**31-1, unicode model names and texts, routed experts or None, "
-            "fractional timestamps and an extra field; then entries drawn over every field."
+            "fractional timestamps and an extra field holding every line break "
+            "`str.splitlines` knows (U+2028, U+2029 and U+0085 among them); then entries "
+            "drawn over every field."
         ),
         checked_by=KIT,
     ),
@@ -532,9 +534,10 @@ CLAUSES: tuple[Clause, ...] = (
             "on an identical re-put after freeze, so the consumer's drop is refused."
         ),
         hazards=(
-            "The same entry put three times before freeze, from the same and a fresh sink; once "
-            "more from a fresh sink after freeze; the snapshots compared and the earlier one "
-            "dropped."
+            "The same entry put three times before freeze, from the same and a fresh sink; "
+            "once more from a fresh sink after freeze; the snapshots compared and the earlier "
+            "one dropped; equal entries whose mappings were built in another key order, "
+            "re-put before and after freeze."
         ),
         checked_by=KIT,
     ),
@@ -582,9 +585,11 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         hazards=(
             "Ids that differ only by case or by `.`, `_`, `-`; ids that extend one another "
-            "(`r`, `r.a`, `ra`, `r1`, `r-1`, `r_1`); the case-swapped twin; ids of 199 and 200 "
-            "characters that differ only in their last character or are one shorter; puts and "
-            "marks on some, then freezes, versions and drops of the others."
+            "(`r`, `r.a`, `ra`, `r1`, `r-1`, `r_1`); the case-swapped twin; ids of 199 and "
+            "200 characters that differ only in their last character or are one shorter; puts "
+            "and marks on some, then freezes, versions and drops of the others; pairs whose "
+            "rollout and call ids, joined with `.`, `-`, `_` or nothing, spell another pair's "
+            "join, and chains of such pairs drawn from a grammar of separators."
         ),
         checked_by=KIT,
     ),
@@ -609,8 +614,8 @@ CLAUSES: tuple[Clause, ...] = (
             "backslashes, quotes, path traversal, unicode with combining marks and emoji, 300 "
             "characters, and look-alikes that case folding, normalizing, sanitizing or an "
             "escaping that leaves its escape character alone would merge (a newline and `\\n`, "
-            "a tab and `\\t`, `/` and `%2F`), all in one rollout; then call ids drawn at "
-            "random."
+            "a tab and `\\t`, `/` and `%2F`) or a line reader would split (U+2028, U+2029, "
+            "U+0085, a carriage return), all in one rollout; then call ids drawn at random."
         ),
         checked_by=KIT,
     ),
@@ -1068,7 +1073,9 @@ CLAUSES: tuple[Clause, ...] = (
             "memory; counting intents instead of matching them one to one."
         ),
         hazards=(
-            "Intents matched by their entries and intents left dangling, for every odd call id."
+            "Intents matched by their entries and intents left dangling, for every odd call "
+            "id; a dangling intent beside the entry of a call id equal to it only after case "
+            "folding, unicode normalization, separator mapping or stripping."
         ),
         checked_by=KIT,
     ),
@@ -1091,8 +1098,9 @@ CLAUSES: tuple[Clause, ...] = (
             "behind so a reused id stays refused; retire without a fence."
         ),
         hazards=(
-            "`retire` of frozen, written and unknown rollouts, repeated; `delete`, then the id "
-            "written again."
+            "`retire` of frozen, written and unknown rollouts, repeated, then a freeze of "
+            "each; `delete` of a retired rollout and of a written, marked one never retired, "
+            "then each id written again."
         ),
         checked_by=KIT,
     ),

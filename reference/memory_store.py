@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 import uuid
 from collections.abc import Iterable
@@ -120,7 +121,7 @@ class MemoryTokenStore:
                 )
             if rollout.frozen:
                 raise RolloutFrozenError.for_call(entry.rollout_id, entry.model_call_id)
-            rollout.entries[entry.model_call_id] = entry.model_copy(deep=True)
+            rollout.entries[entry.model_call_id] = _copied(entry)
             rollout.payloads[entry.model_call_id] = payload
             rollout.changed()
 
@@ -155,7 +156,7 @@ class MemoryTokenStore:
             missing = rollout.intents.difference(rollout.entries)
             return TokenCaptureSnapshot(
                 rollout_id=rollout_id,
-                entries=tuple(entry.model_copy(deep=True) for entry in rollout.entries.values()),
+                entries=tuple(_copied(entry) for entry in rollout.entries.values()),
                 incomplete=rollout.incomplete or bool(missing),
                 snapshot_id=rollout.snapshot_id,
                 version=rollout.version,
@@ -170,7 +171,7 @@ class MemoryTokenStore:
         with self._shared.lock:
             rollout = self._shared.rollouts.get(checked)
             entries = () if rollout is None else tuple(rollout.entries.values())
-            return tuple(entry.model_copy(deep=True) for entry in entries)
+            return tuple(_copied(entry) for entry in entries)
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
         """Retire the rollout if it is frozen at exactly this snapshot; else destroy nothing."""
@@ -207,3 +208,26 @@ class MemoryTokenStore:
 
     async def close(self) -> None:
         """Do nothing: the records belong to the process, not to this instance. Idempotent."""
+
+
+_NUMBERS = (int, float)
+_TOKEN_LISTS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+
+
+def _copied(entry: TokenEntry) -> TokenEntry:
+    """A deep copy of ``entry``, made without walking its token lists value by value.
+
+    A list of ints and floats shares nothing mutable, so a new list is a deep copy of it;
+    every other field and every unknown field is deep-copied as it is. A freeze of long-context
+    calls then holds the event loop a fraction of what a full ``deepcopy`` takes.
+    """
+    fields = dict(entry.__dict__)
+    fields.update(entry.__pydantic_extra__ or {})
+    copied = {}
+    for name, value in fields.items():
+        flat = name in _TOKEN_LISTS and type(value) is list
+        if flat and all(type(each) in _NUMBERS for each in value):
+            copied[name] = list(value)
+        else:
+            copied[name] = copy.deepcopy(value)
+    return entry.model_copy(update=copied)

@@ -7,6 +7,8 @@ A blind batch lives outside the repository: a folder holding importable modules 
 "clause": "PUT-4" or null, "capabilities": [...], "fence": "any" | "strict", "bug": "..."}``,
 with ``"lineage": "pkg.module:Class"`` for a lineage resolver judged over the store's kwargs,
 and ``"contract": "staging-v2"`` for a staging store (the capture contract otherwise).
+The writer's brief comes from ``tools/blind_brief.py`` (each clause's promise and NeMo Gym's
+protocol text, nothing of how the kit checks); ``--read`` records its files with the round.
 A store with a clause is a mutant that breaks it; one with null is a correct store the kit must
 pass. Each store gets full kit runs under the ci profile (no ``-p zoo_fast``), each on a seed
 drawn for it and printed, exactly as a framework author's CI would run it. A mutant is
@@ -117,6 +119,12 @@ def main() -> int:
     )
     parser.add_argument("--fresh", action="store_true", help="the kit never changed for this batch")
     parser.add_argument("--note", default="", help="what the batch holds and what it missed")
+    parser.add_argument(
+        "--read",
+        type=Path,
+        default=None,
+        help="the brief's read.json (tools/blind_brief.py): every file the writer was given",
+    )
     options = parser.parse_args()
     folder = str(options.manifest.resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))
@@ -200,6 +208,9 @@ def record(
             "correct": correct,
             "flagged": flagged,
             "note": options.note,
+            "read": sorted(json.loads(options.read.read_text(encoding="utf-8")))
+            if options.read is not None
+            else None,
         }
     )
     path.write_text(json.dumps(rounds, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

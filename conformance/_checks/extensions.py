@@ -5,8 +5,20 @@ from __future__ import annotations
 from conformance import _steps as step
 from conformance._entries import ODD_CALL_IDS
 from conformance._kit import Endpoint, Kit
+from conformance._reading import read_snapshot
 from conformance._registry import check
 from conformance._violation import ExtensionMissing
+
+_LOOKALIKE_INTENTS = (
+    ("Call-X", "call-x"),
+    ("call-x", "CALL-X"),
+    ("caf\u00e9", "cafe\u0301"),
+    ("a/b", "a_b"),
+    ("\ufb01le", "file"),
+    ("x ", "x"),
+)
+"""An intent's call id and the one call id stored beside it, equal only to a scheme that folds
+case, normalizes unicode, maps separators or strips space: the intent is still dangling."""
 
 
 def _require(endpoint: Endpoint, *names: str) -> None:
@@ -45,6 +57,19 @@ def intents(kit: Kit) -> None:
             observed=step.describe(snapshot),
             hint="a call that began and never put lost its tokens",
         )
+    for intent, stored in _LOOKALIKE_INTENTS:
+        rollout = kit.rollout_id("lookalike")
+        kit.run(sink.raw.begin_call(rollout, intent))
+        step.put(kit, sink, kit.entries.entry(rollout, stored, prompt_len=2, generation_len=1))
+        snapshot = step.freeze(kit, kit.source(), rollout)
+        if not snapshot.incomplete:
+            kit.fail(
+                expected=f"an intent for call {intent!r}, whose only entry is of call "
+                f"{stored!r}, to leave the snapshot incomplete",
+                observed=step.describe(snapshot),
+                hint="match intents to entries by the exact call id: no case folding, unicode "
+                "normalization or separator mapping",
+            )
 
 
 @check("EXT-RETIRE-1", "retire-and-delete")
@@ -72,19 +97,43 @@ def retire_and_delete(kit: Kit) -> None:
                 observed="the put was acked",
                 hint="retire fences the rollout",
             )
-    error = step.raises(source.delete, [frozen])
-    if error is not None:
+    if not kit.claims("no-delete"):
+        for rollout in (frozen, written):
+            _expect_no_records(kit, rollout, "retire")
+    live = kit.rollout_id("live")
+    step.put(kit, sink, kit.entries.entry(live))
+    step.mark(kit, sink, live, "call-0")
+    for rollout, state in ((frozen, "retired"), (live, "written and marked, never retired")):
+        error = step.raises(source.delete, [rollout])
+        if error is not None:
+            kit.fail(
+                expected=f"delete of a rollout {state} to succeed",
+                observed=kit.redact(f"{type(error).__name__}: {error}"),
+                hint="delete removes records and fences, whatever the rollout's state",
+            )
+        reused = kit.entries.entry(rollout)
+        step.put(kit, kit.sink(), reused)
+        snapshot = step.freeze(kit, kit.source(), rollout)
+        if list(step.payloads(snapshot)) != [step.call_of(reused)] or snapshot.incomplete:
+            kit.fail(
+                expected=f"the id of a deleted rollout ({state}) to start again from nothing",
+                observed=step.describe(snapshot),
+                hint="delete removes the records, the marks and the tombstone, whether or not "
+                "the rollout was retired first",
+            )
+
+
+def _expect_no_records(kit: Kit, rollout: str, what: str) -> None:
+    """After ``what``, a freeze of ``rollout`` refuses or returns no entry: none is kept."""
+    __tracebackhide__ = True
+    try:
+        found = read_snapshot(kit.run(kit.source().raw.freeze(rollout)))
+    except Exception:
+        return  # a retired rollout may refuse to freeze
+    if found.entries:
         kit.fail(
-            expected="delete to succeed",
-            observed=kit.redact(f"{type(error).__name__}: {error}"),
-            hint="delete removes fences",
-        )
-    reused = kit.entries.entry(frozen)
-    step.put(kit, kit.sink(), reused)
-    snapshot = step.freeze(kit, kit.source(), frozen)
-    if list(step.payloads(snapshot)) != [step.call_of(reused)] or snapshot.incomplete:
-        kit.fail(
-            expected="a deleted id to start again from nothing",
-            observed=step.describe(snapshot),
-            hint="delete removes the records and the tombstone",
+            expected=f"{rollout!r} to hold no records after {what}",
+            observed=step.describe(found),
+            hint="retire removes the rollout's records as well as fencing it; a fence alone "
+            "leaves abandoned calls to be read back into training",
         )

@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from conformance import _hazards as hazards
 from conformance import _steps as step
 from conformance._entries import LOOKALIKE_CALL_IDS, ODD_CALL_IDS
 from conformance._kit import Endpoint, Kit
@@ -195,6 +196,40 @@ def identical_reput(kit: Kit) -> None:
         )
     _identical_hazards(kit)
     _identical_among_others(kit)
+    _identical_built_differently(kit)
+
+
+def _identical_built_differently(kit: Kit) -> None:
+    """An equal entry whose mappings were built in another key order is the same call: its
+    re-put is a no-op, before and after freeze."""
+    for _ in range(2):
+        entry = kit.entries.hazardous(kit.rollout_id("order"), prompt_len=8, generation_len=4)
+        if not _round_trips(kit, entry):
+            continue
+        rollout = entry_view(entry).rollout_id
+        fields = record_fields(entry)
+        copy = kit.entries.build(**hazards.reordered(fields))
+        sink = kit.sink()
+        step.put(kit, sink, entry)
+        step.put(kit, sink, copy)
+        snapshot = step.freeze(kit, kit.source(), rollout)
+        step.raises(kit.sink().put, copy)
+        again = step.freeze(kit, kit.source(), rollout)
+        if snapshot.incomplete or step.payloads(snapshot) != step.sent([entry]):
+            kit.fail(
+                expected="an equal entry whose output_items and extra fields list their keys in "
+                "another order to be an identical re-put: one clean entry",
+                observed=step.describe(snapshot),
+                hint="compare payloads in a canonical form (keys sorted), never as the bytes a "
+                "serializer happened to write for the order the mappings were built in",
+            )
+        step.expect_equal_snapshots(
+            kit,
+            snapshot,
+            again,
+            hint="after freeze, an equal entry built in another key order is an identical re-put: "
+            "it may raise, but it must change nothing",
+        )
 
 
 def _identical_among_others(kit: Kit) -> None:
@@ -370,7 +405,8 @@ def related_ids(base: str) -> list[str]:
 
 @check("PUT-5", "related-ids")
 def related_rollout_ids(kit: Kit) -> None:
-    """Ids that extend, prefix or nearly equal another (up to 200 characters) stay apart."""
+    """Ids that extend, prefix or nearly equal another (up to 200 characters) stay apart, and
+    so do pairs whose rollout and call ids join into another pair's join."""
     sink = kit.sink()
     ids = related_ids(kit.rollout_id("Rel"))
     entries = {rollout: kit.entries.entry(rollout, "call-1") for rollout in ids}
@@ -392,6 +428,45 @@ def related_rollout_ids(kit: Kit) -> None:
                 hint="key storage by the exact, whole rollout id: a prefix match, a pattern "
                 "listing ('r*' also finds 'r1') or a cut at some length merges rollouts",
             )
+    _joined_pairs(kit)
+
+
+def _expect_pairs_apart(kit: Kit, pairs: list[tuple[str, str]], why: str) -> None:
+    """Put one entry per ``(rollout, call)`` pair; each rollout must freeze holding only its own."""
+    __tracebackhide__ = True
+    own: dict[str, list[Any]] = {}
+    sink = kit.sink()
+    for rollout, call in pairs:
+        entry = kit.entries.entry(rollout, call, prompt_len=2, generation_len=1)
+        own.setdefault(rollout, []).append(entry)
+        step.put(kit, sink, entry)
+    for rollout, entries in own.items():
+        snapshot = step.freeze(kit, kit.source_for(rollout), rollout)
+        if step.payloads(snapshot) != step.sent(entries) or snapshot.incomplete:
+            calls = sorted(step.call_of(entry) for entry in entries)
+            kit.fail(
+                expected=f"{rollout!r} to hold only its own calls {calls}, {why}",
+                observed=step.describe(snapshot),
+                hint="key entries by the pair (rollout id, call id), never by one string joining "
+                "them: rollout 'r' with call 'a.x' and rollout 'r.a' with call 'x' both join to "
+                "'r.a.x', and a listing by the pattern 'r.*' finds both",
+            )
+
+
+def _joined_pairs(kit: Kit) -> None:
+    """Pairs whose rollout and call ids, joined, spell another pair's join: every separator a
+    rollout id can hold, then chains drawn from the hazard grammar."""
+    _expect_pairs_apart(
+        kit, list(hazards.joined_pairs(kit.rollout_id("Join"))), "beside pairs joining alike"
+    )
+
+    @_property_settings(6)
+    @given(hazards.join_recipes())
+    def drawn(recipe: hazards.JoinRecipe) -> None:
+        pairs = hazards.chained_pairs(kit.rollout_id("jn"), recipe)
+        _expect_pairs_apart(kit, pairs, f"beside a chain joined with {recipe[0]!r}/{recipe[2]!r}")
+
+    step.run_property(kit, drawn)
 
 
 @check("PUT-6", "any-call-id")

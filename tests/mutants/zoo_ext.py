@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
+import os
+import unicodedata
 from collections.abc import Iterable
 from typing import ClassVar
 
 from base import BaseStore, RolloutFileState
+
+from tokcap_spec.ids import validate_rollout_id, validate_rollout_ids
+from tokcap_spec.protocols import TokenCaptureSnapshot
 
 
 class IgnoresIntents(BaseStore):
@@ -70,3 +78,84 @@ class RetireRefusesUnknown(BaseStore):
         if state == RolloutFileState():
             raise KeyError("unknown rollout")
         super().tombstone(state)
+
+
+class CaseFoldedIntents(BaseStore):
+    """EXT-BEGIN-1: an intent counts as answered by an entry whose call id folds to the same.
+
+    The store matches intents to entries case-insensitively and NFKC-normalized, as it would
+    for user names; call ids are opaque, so ``Call-X`` began and never put looks answered by
+    the entry of ``call-x``.
+    """
+
+    breaks: ClassVar[str] = "EXT-BEGIN-1"
+
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
+        found = super().snapshot(rollout_id, state)
+        stored = {_folded(call) for call in state.entries}
+        dangling = any(_folded(intent) not in stored for intent in state.intents)
+        return dataclasses.replace(found, incomplete=state.incomplete or dangling)
+
+
+def _folded(call: str) -> str:
+    return unicodedata.normalize("NFKC", call).casefold().replace("/", "_").strip()
+
+
+class RetireKeepsRecords(BaseStore):
+    """EXT-RETIRE-1: retire fences the rollout but keeps its records, and freeze still reads them.
+
+    Retire was written as "stop accepting writes"; the records stay for an audit, and a freeze
+    of a retired rollout answers them, so an operator's cleanup brings abandoned calls back.
+    """
+
+    breaks: ClassVar[str] = "EXT-RETIRE-1"
+
+    def _kept(self, rollout_id: str) -> str:
+        folder = os.path.join(self.root, "kept")
+        os.makedirs(folder, exist_ok=True)
+        return os.path.join(folder, self.key(rollout_id) + ".json")
+
+    async def retire(self, rollout_ids: Iterable[str]) -> None:
+        for rollout_id in validate_rollout_ids(rollout_ids):
+            with self.transaction(rollout_id) as state:
+                if not state.retired:
+                    with open(self._kept(rollout_id), "w", encoding="utf-8") as handle:
+                        json.dump(state.entries, handle)
+                self.tombstone(state)
+
+    async def delete(self, rollout_ids: Iterable[str]) -> None:
+        ids = validate_rollout_ids(rollout_ids)
+        for rollout_id in ids:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._kept(rollout_id))
+        await super().delete(ids)
+
+    async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
+        try:
+            with open(self._kept(validate_rollout_id(rollout_id)), encoding="utf-8") as handle:
+                kept = json.load(handle)
+        except FileNotFoundError:
+            return await super().freeze(rollout_id)
+        with self.transaction(rollout_id) as state:
+            return TokenCaptureSnapshot(
+                rollout_id=rollout_id,
+                entries=tuple(self.decode(stored) for stored in kept.values()),
+                incomplete=state.incomplete,
+                snapshot_id=state.snapshot_id or "retired",
+                version=state.version,
+            )
+
+
+class DeleteOnlyTombstones(BaseStore):
+    """EXT-RETIRE-1: delete clears only rollouts that were retired, and ignores live ones.
+
+    Delete was written to let retired ids be used again, so it removes tombstones; a rollout
+    deleted without being retired keeps its records and marks, and the id's next attempt
+    inherits them.
+    """
+
+    breaks: ClassVar[str] = "EXT-RETIRE-1"
+
+    def forget(self, state: RolloutFileState) -> None:
+        if state.retired:
+            super().forget(state)

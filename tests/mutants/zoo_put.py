@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -542,3 +543,74 @@ class AsciiIdentityCheck(BaseStore):
         if call in state.entries:
             payload = "".join(c if ord(c) < 128 else f"\\u{ord(c):04x}" for c in payload)
         super().apply_put(rollout_id, state, call, payload)
+
+
+class JoinedRecordKeys(BaseStore):
+    """PUT-5: each record is kept under one key joining rollout and call id with a dot.
+
+    The rollout's index of call ids is exact, but the records live in one flat namespace: rollout
+    ``r`` with call ``a.x`` and rollout ``r.a`` with call ``x`` both write ``r.a.x``, and the
+    later put overwrites what the other rollout reads back.
+    """
+
+    breaks: ClassVar[str] = "PUT-5"
+
+    def _record(self, rollout_id: str, call: str) -> str:
+        joined = f"{rollout_id}.{call}".encode()
+        folder = os.path.join(self.root, "records")
+        os.makedirs(folder, exist_ok=True)
+        return os.path.join(folder, hashlib.sha256(joined).hexdigest())
+
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
+        super().apply_put(rollout_id, state, call, payload)
+        with open(self._record(rollout_id, call), "w", encoding="utf-8") as handle:
+            handle.write(payload)
+
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
+        found = super().snapshot(rollout_id, state)
+        entries = []
+        for call, stored in state.entries.items():
+            try:
+                with open(self._record(rollout_id, call), encoding="utf-8") as handle:
+                    stored = handle.read()
+            except FileNotFoundError:
+                pass
+            entries.append(self.decode(stored))
+        return dataclasses.replace(found, entries=tuple(entries))
+
+
+class KeyOrderReput(BaseStore):
+    """PUT-3: a re-put is compared as the JSON its serializer wrote, keys in the order built.
+
+    A retry that rebuilt the same output items (a dict filled in another order, as a
+    deserializer or another worker builds it) differs byte for byte, so the identical re-put is
+    taken for a conflict and masks the rollout.
+    """
+
+    breaks: ClassVar[str] = "PUT-3"
+
+    def encode(self, entry: TokenEntry) -> str:
+        return json.dumps(entry.model_dump(), allow_nan=True)
+
+
+class SplitlinesStateReader(BaseStore):
+    """PUT-2: the state file is read back line by line with ``str.splitlines``.
+
+    The writer leaves non-ASCII text raw; the reader joins the lines ``splitlines`` gives, which
+    is harmless for the newlines JSON escapes, but U+2028, U+2029 and U+0085 are line breaks to
+    it as well and vanish from call ids and text.
+    """
+
+    breaks: ClassVar[str] = "PUT-2"
+    also: ClassVar[tuple[str, ...]] = ("PUT-6",)
+
+    def encode(self, entry: TokenEntry) -> str:
+        return json.dumps(json.loads(entry.to_json_bytes()), ensure_ascii=False, allow_nan=True)
+
+    def load(self, rollout_id: str) -> RolloutFileState:
+        try:
+            with open(self.state_path(rollout_id), encoding="utf-8") as handle:
+                text = "".join(handle.read().splitlines())
+        except FileNotFoundError:
+            return RolloutFileState()
+        return RolloutFileState(**json.loads(text))

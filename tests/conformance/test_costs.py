@@ -1,0 +1,127 @@
+"""The cost budget is read strictly, and the meter sees a call that blocks the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import _costs as costs
+from conformance import run_conformance
+from conformance._budget import DEFAULT_BUDGET, BudgetError, parse_budget, shown
+from conformance._settings import Option, SettingsError, resolve_settings
+
+
+def _resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> Any:
+    def find(option: Option) -> tuple[Any, str]:
+        return cli.get(option.name), "cli"
+
+    def make() -> Path:
+        raise AssertionError("no kwarg uses the scratch directory")
+
+    return resolve_settings(find, env or {}, lambda option: (None, "ini"), make)
+
+
+class TestParseBudget:
+    def test_limits_are_read_in_seconds(self) -> None:
+        """Each unit is honoured, and the budget shows as it would be written."""
+        limits = parse_budget("loop-hold=5ms, put-p99=0.02s,freeze-mib=1500us")
+        assert limits == {"loop-hold": 0.005, "put-p99": 0.02, "freeze-mib": 0.0015}
+        assert shown(limits) == "loop-hold=5ms,put-p99=20ms,freeze-mib=1.5ms"
+
+    def test_default_is_a_preset_a_later_limit_replaces(self) -> None:
+        """``default`` stands for the documented limits; a limit after it wins."""
+        limits = parse_budget("default,loop-hold=5ms")
+        assert limits == {**DEFAULT_BUDGET, "loop-hold": 0.005}
+
+    @pytest.mark.parametrize(
+        ("text", "says"),
+        [
+            ("", "empty"),
+            ("loop-hold=5ms,,put-p99=1ms", "empty part"),
+            ("loop-hold", "not key=value"),
+            ("put-p95=5ms", "not a budget key"),
+            ("put-p99=5", "not a duration"),
+            ("put-p99=fast", "not a duration"),
+            ("put-p99=0ms", "positive"),
+        ],
+    )
+    def test_a_budget_that_cannot_be_read_says_why(self, text: str, says: str) -> None:
+        """Each mistake is refused with a message that says what is wrong."""
+        with pytest.raises(BudgetError, match=says):
+            parse_budget(text)
+
+
+class TestBudgetSetting:
+    def test_the_environment_sets_the_budget(self) -> None:
+        """TOKCAP_BUDGET is read like the flag."""
+        settings = _resolve({"sink": "m:C"}, {"TOKCAP_BUDGET": "loop-hold=2ms"})
+        assert dict(settings.budget) == {"loop-hold": 0.002}
+
+    def test_a_bad_budget_names_where_it_came_from(self) -> None:
+        """The error names the flag, the value and its source."""
+        with pytest.raises(SettingsError, match=r"--tokcap-budget='put-p99=5' \(from cli\)"):
+            _resolve({"sink": "m:C", "budget": "put-p99=5"})
+
+    def test_no_budget_claims_nothing(self) -> None:
+        """Without the option the budget is empty."""
+        assert dict(_resolve({"sink": "m:C"}).budget) == {}
+
+
+async def _blocking() -> None:
+    time.sleep(0.05)
+
+
+async def _awaiting() -> None:
+    await asyncio.sleep(0.3)
+
+
+class TestRunMeasured:
+    def test_a_call_that_blocks_the_loop_shows_its_hold(self) -> None:
+        """A coroutine that sleeps without awaiting holds the loop at least that long."""
+        loop = asyncio.new_event_loop()
+        try:
+            with costs.recording() as calls:
+                costs.run_measured(loop, _blocking(), "put", "here")
+        finally:
+            loop.close()
+        (call,) = calls
+        assert (call.operation, call.where) == ("put", "here")
+        assert call.hold >= 0.05
+        assert call.seconds >= call.hold
+
+    def test_a_call_that_awaits_leaves_the_loop_free(self) -> None:
+        """A coroutine that awaits a long sleep holds the loop for a small part of it."""
+        loop = asyncio.new_event_loop()
+        try:
+            with costs.recording() as calls:
+                costs.run_measured(loop, _awaiting(), "freeze", "here")
+        finally:
+            loop.close()
+        (call,) = calls
+        assert call.seconds >= 0.3
+        assert call.hold < 0.25
+
+
+class TestReport:
+    def test_the_report_carries_the_costs_of_the_calls_the_checks_made(self) -> None:
+        """A run's JSON report has latencies, loop holds and the reference figures; without a
+        budget COST is not claimed."""
+        verdicts = run_conformance(
+            "reference:MemoryTokenStore",
+            capabilities=["process-local"],
+            select=["PUT-2", "COST"],
+        )
+        report = verdicts.as_json()
+        measured = report["costs"]
+        assert measured["calls"]["put"]["count"] > 0
+        assert measured["calls"]["freeze"]["p99_ms"] >= measured["calls"]["freeze"]["p50_ms"]
+        assert measured["loop_hold"]["calls"] > 0
+        assert measured["reference"]["target"] == "reference:FileTokenStore"
+        assert measured["budget"] is None
+        outcomes = {c: e["outcome"] for c, e in report["clauses"].items() if c.startswith("COST")}
+        assert outcomes == dict.fromkeys(("COST-1", "COST-2", "COST-3"), "not-claimed")
+        assert "#### Costs" in verdicts.as_markdown()
