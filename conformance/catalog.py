@@ -383,7 +383,8 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         hazards=(
             "A sink built inside a spawned interpreter from the target string and kwargs alone, "
-            "putting and marking there."
+            "putting and marking there; one worker alone building the first instance of a store "
+            "nothing was ever built on."
         ),
         checked_by=KIT,
     ),

@@ -208,11 +208,10 @@ def record(
             "correct": correct,
             "flagged": flagged,
             "note": options.note,
-            "read": sorted(json.loads(options.read.read_text(encoding="utf-8")))
-            if options.read is not None
-            else None,
         }
     )
+    if options.read is not None:
+        rounds[-1]["read"] = sorted(json.loads(options.read.read_text(encoding="utf-8")))
     path.write_text(json.dumps(rounds, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 

@@ -48,11 +48,18 @@ def _expect_all_ok(kit: Kit, outcomes: list[WorkerOutcome], together: str) -> No
 
 @check("SPAWN-1", "spawned-worker-builds")
 def spawned_worker_builds(kit: Kit) -> None:
-    """A sink built in a spawned interpreter from the target and kwargs alone acks a put."""
+    """A sink built in a spawned interpreter from the target and kwargs alone acks a put, on
+    the run's store and, alone, on a store nothing was ever built on."""
     _require_processes(kit)
     rollout = kit.rollout_id()
     outcomes = run_workers([_plan(kit, [kit.entries.entry(rollout)])], together=False)
     _expect_all_ok(kit, outcomes, "")
+    # The first build of a store may well happen in a spawned worker: no launcher set it up.
+    fresh = kit.settings.fresh_store_kwargs(kit.rollout_id("first-build"))
+    if fresh is not None:
+        entry = kit.entries.entry(kit.rollout_id("first"))
+        outcomes = run_workers([_plan(kit, [entry], fresh)], together=False)
+        _expect_all_ok(kit, outcomes, " on a store never built before, nothing else running")
 
 
 @check("SPAWN-2", "concurrent-construction")

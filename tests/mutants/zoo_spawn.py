@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import multiprocessing
 import os
 from collections.abc import Iterator
 from typing import IO, ClassVar
@@ -55,6 +56,25 @@ class OwnerProcessOnly(BaseStore):
         else:
             with os.fdopen(descriptor, "w", encoding="ascii") as handle:
                 handle.write(str(os.getpid()))
+
+
+class LauncherCreatesLayout(BaseStore):
+    """SPAWN-1: only the launching process creates the store's folders; workers expect them.
+
+    Setting a store up was kept to the main process so that workers never race to create it;
+    a worker that is the first to build on a new root finds no folders and cannot write.
+    """
+
+    breaks: ClassVar[str] = "SPAWN-1"
+    also: ClassVar[tuple[str, ...]] = ("SPAWN-2",)
+
+    def __init__(self, root: str) -> None:
+        if multiprocessing.parent_process() is None:
+            super().__init__(root)
+            return
+        if not os.path.isdir(os.path.join(root, "rollouts")):
+            raise RuntimeError(f"store at {root!r} is not set up: build it in the launcher first")
+        super().__init__(root)
 
 
 _OPEN: dict[str, tuple[IO[str], int]] = {}
