@@ -333,10 +333,12 @@ class MarksByTask(BaseStore):
     """PUT-5: a mark is recorded for the task (the id before the first ``.``) and read from it.
 
     The store assumes ``<task>.<sample>`` ids and masks a whole task when one sample fails, so
-    marking one rollout marks its neighbours.
+    marking one rollout marks its neighbours; and the task's mark, kept apart from the rollout,
+    outlives a delete of the rollout, so the reused id starts out masked.
     """
 
     breaks: ClassVar[str] = "PUT-5"
+    also: ClassVar[tuple[str, ...]] = ("EXT-RETIRE-1",)
 
     def task(self, rollout_id: str) -> str:
         return rollout_id.split(".", 1)[0] + ".task"
