@@ -18,7 +18,7 @@ from typing import Any
 from conformance._kit import Endpoint, Kit, unexpected_error
 from conformance._reading import entry_view
 from conformance._violation import ExtensionMissing
-from tokcap_spec.fingerprint import continuation_stamp
+from tokcap_spec.fingerprint import continuation_stamp, token_digest
 
 __all__ = [
     "DIALECTS",
@@ -26,6 +26,7 @@ __all__ = [
     "Call",
     "Conversation",
     "captured",
+    "captured_delta",
     "process_shared",
     "read_answer",
     "resolve",
@@ -133,6 +134,8 @@ class Call:
     entry: Any
     request: Items
     answer: Items
+    whole: tuple[int, ...] | None = None
+    """The call's whole sequence when its entry stores a delta prompt; ``None`` otherwise."""
 
     @property
     def call_id(self) -> str:
@@ -140,7 +143,10 @@ class Call:
 
     @property
     def cumulative(self) -> tuple[int, ...]:
-        """The parent tokens a continuation of this call starts with: prompt, then generation."""
+        """The parent tokens a continuation of this call starts with: prompt, then generation
+        (a delta entry's parent sequence first)."""
+        if self.whole is not None:
+            return self.whole
         fields = entry_view(self.entry).fields
         return (*fields["prompt_token_ids"], *fields["generation_token_ids"])
 
@@ -171,6 +177,29 @@ def captured(
             "fields, such as tokcap_spec.records:TokenEntry or NeMo Gym's TokenEntry"
         ) from None
     return Call(entry, request, answer)
+
+
+def captured_delta(kit: Kit, parent: Call, request: Items, answer: Items) -> Call:
+    """A call continuing ``parent``, stored as NeMo Gym stores it under ``delta_records``.
+
+    Its prompt holds only what follows the parent's whole sequence (``prompt_is_delta``), with
+    ``parent_call_id``, a resolved ``parent_resolution``, and ``cum_len`` and ``digest`` of the
+    whole sequence: a resolver rebuilds that sequence through the parent chain.
+    """
+    rollout = entry_view(parent.entry).rollout_id
+    plain = captured(
+        kit,
+        rollout,
+        request,
+        answer,
+        prompt_is_delta=True,
+        parent_call_id=parent.call_id,
+        parent_resolution="resolved",
+    )
+    fields = dict(entry_view(plain.entry).fields)
+    whole = (*parent.cumulative, *fields["prompt_token_ids"], *fields["generation_token_ids"])
+    entry = kit.entries.build(**{**fields, "cum_len": len(whole), "digest": token_digest(whole)})
+    return Call(entry, request, answer, whole)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ __all__ = [
     "ROLLOUT_SEPARATORS",
     "JoinRecipe",
     "chained_pairs",
+    "folded_twins",
     "join_recipes",
     "joined_pairs",
     "line_break_text",
@@ -82,6 +83,19 @@ def chained_pairs(base: str, recipe: JoinRecipe) -> list[tuple[str, str]]:
         rollout = f"{rollout}{separator}{word}"
     pairs.append((rollout, "z"))
     return pairs
+
+
+def folded_twins(base: str) -> Iterator[tuple[str, str]]:
+    """Yield pairs of distinct ids that one folding or another makes equal: case, padding,
+    composed against decomposed accents, a compatibility character, a tab against a space,
+    one separator against another."""
+    yield f"{base}-A", f"{base}-a"
+    yield base, f"{base} "
+    yield f" {base}", base
+    yield f"{base}-\u00e9", f"{base}-e\u0301"
+    yield f"{base}-\ufb01", f"{base}-fi"
+    yield f"{base}\tx", f"{base} x"
+    yield f"{base}/x", f"{base}_x"
 
 
 def reordered(value: Any) -> Any:

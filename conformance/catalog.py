@@ -1113,7 +1113,8 @@ CLAUSES: tuple[Clause, ...] = (
             "Once a sink's `put` returned, `resolve` of a lineage resolver over the same store "
             "sees the entry: a resolver built before the put and one built after it, in this "
             "process and, when `is_process_shared()` says True, in every other. "
-            "`is_process_shared()` answers a bool, without being awaited."
+            "`is_process_shared()` answers a bool, without being awaited, and says True only "
+            "where that holds: never over a store declared `process-local`."
         ),
         why=(
             "The harness sends a rollout's next request to whichever worker is free, as soon as "
@@ -1130,7 +1131,8 @@ CLAUSES: tuple[Clause, ...] = (
             "A resolve the moment each put returns, by a resolver that already answered for the "
             "rollout before the put and by one built after it; plain and 4,096-token entries; "
             "entries put by spawned workers into rollouts this process's resolver read before, "
-            "resolved here; later calls of the same rollout."
+            "resolved here; later calls of the same rollout; a resolver over a store declared "
+            "`process-local`."
         ),
         checked_by=KIT,
     ),
@@ -1143,7 +1145,10 @@ CLAUSES: tuple[Clause, ...] = (
             "that repeats the recorded context of exactly one committed call and continues its "
             "answer resolves as `resolved`, and the match names that call and carries its "
             "prompt followed by its generation as `cumulative_token_ids`, in every dialect "
-            "(chat, Responses, Anthropic) and for any call id."
+            "(chat, Responses, Anthropic), for any call id, in a rollout marked incomplete as "
+            "in any other, and for a call stored as a delta of its parent (`prompt_is_delta`), "
+            "whose `cumulative_token_ids` are the parent chain's sequence followed by its own "
+            "prompt and generation."
         ),
         why=(
             "A resolved parent is how the next call's tokens join the previous ones into one "
@@ -1161,7 +1166,9 @@ CLAUSES: tuple[Clause, ...] = (
             "which each resolves to the one before, not the first; chat, Responses and Anthropic "
             "tool calls and results; odd call ids, and eighteen in one rollout that differ only "
             "by case, separators, composed or decomposed accents, a trailing space, a ligature, "
-            "or a character against the escape that spells it (a newline and `\\n`)."
+            "or a character against the escape that spells it (a newline and `\\n`); rollouts "
+            "marked incomplete as a whole or for a call that never put; chains of delta records "
+            "(a delta of a delta), as NeMo Gym writes them with `delta_records`."
         ),
         checked_by=KIT,
     ),
@@ -1173,7 +1180,9 @@ CLAUSES: tuple[Clause, ...] = (
             "Unless one parent is proven, `resolve` answers `unresolved`: for a rollout with "
             "nothing committed, a history whose earlier items were rewritten, shortened or had "
             "a tool result changed, two candidate calls with different tokens, a parent "
-            "committed to another rollout, and an entry stamped by another fingerprint version."
+            "committed to another rollout, an entry stamped by another fingerprint version or "
+            "with no recorded context digest, and a call deleted with its rollout, even once the "
+            "rollout id and the call id are used again."
         ),
         why=(
             "Unresolved only masks one rollout. A guessed parent splices tokens from another "
@@ -1189,7 +1198,10 @@ CLAUSES: tuple[Clause, ...] = (
             "A never-written rollout; a changed system prompt, a changed tool result, a "
             "truncated history; two calls that answered alike with different tokens; the "
             "parent in a look-alike rollout (case, `.`, `_`, `-`) and asked in a rollout whose "
-            "id is a prefix of the parent's; an entry stamped with version 1."
+            "id is a prefix of the parent's; an entry stamped with version 1; twin calls whose "
+            "ids differ only by case, padding, unicode form, a compatibility character, a tab or "
+            "a separator; an entry with an empty context digest; a rollout resolved, deleted and "
+            "written again under the same call id."
         ),
         checked_by=KIT,
     ),
@@ -1579,13 +1591,17 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         how_broken=(
             "Joining the ids with `/` or another separator; escaping `/` but not `%`; hashing a "
-            "truncated or case-folded id; a random key per stage."
+            "truncated or case-folded id; a key of the call id alone; a random key per stage."
         ),
         hazards=(
             "Pairs the default `rollout/call` key confuses, pairs a `/`-only escape confuses "
             "(`%2F` written literally), separators `:` `|` `-` `_`, ids differing only in case "
             "or Unicode normalization, ids of hundreds of characters sharing a long prefix; the "
-            "same ids staged again by a second instance."
+            "same ids staged again by a second instance. Every check's rollouts number their "
+            "calls from `call-0`: wherever a valid call is refused, the same call is staged "
+            "again under ids nothing else holds, and if that is ok the refusal is this clause's; "
+            "wherever a key fetches another pair's call that was answered the same key, so is "
+            "that."
         ),
         checked_by=KIT,
     ),

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     )
     from tokcap_spec.records import TOKEN_ENTRY_RECORD_SCHEMA_VERSION, TOKEN_FIELDS, TokenEntry
 
-SPEC_REVISION = "2026.12.3"
+SPEC_REVISION = "2026.12.4"
 """The revision of the clause catalog this package and the kit implement.
 
 The kit's ``conformance/contract.lock.json`` records each revision's clauses; this is its

@@ -6,7 +6,9 @@ A blind batch lives outside the repository: a folder holding importable modules 
 ``manifest.json`` listing each store as ``{"target": "pkg.module:Class", "kwargs": {...},
 "clause": "PUT-4" or null, "capabilities": [...], "fence": "any" | "strict", "bug": "..."}``,
 with ``"lineage": "pkg.module:Class"`` for a lineage resolver judged over the store's kwargs,
-and ``"contract": "staging-v2"`` for a staging store (the capture contract otherwise).
+``"contract": "staging-v2"`` for a staging store (the capture contract otherwise),
+``"staging_classes": "gym"`` for one typed against NeMo Gym's staging classes and
+``"budget": "default"`` for one judged on what it costs (COST).
 The writer's brief comes from ``tools/blind_brief.py`` (each clause's promise and NeMo Gym's
 protocol text, nothing of how the kit checks); ``--read`` records its files with the round.
 A store with a clause is a mutant that breaks it; one with null is a correct store the kit must
@@ -65,6 +67,10 @@ def load(manifest: Path, redis_url: str | None) -> list[BlindStore]:
             flags.append("--tokcap-fence=strict")
         if item.get("lineage"):
             flags.append(f"--tokcap-lineage={item['lineage']}")
+        if item.get("staging_classes"):
+            flags.append(f"--tokcap-staging-classes={item['staging_classes']}")
+        if item.get("budget"):
+            flags.append(f"--tokcap-budget={item['budget']}")
         name = item["target"].rsplit(":", 1)[1]
         stores.append(
             BlindStore(

@@ -17,10 +17,12 @@ from conformance._conversations import (
     Call,
     Conversation,
     captured,
+    captured_delta,
     process_shared,
     resolve,
 )
 from conformance._entries import LOOKALIKE_CALL_IDS, ODD_CALL_IDS
+from conformance._hazards import folded_twins
 from conformance._kit import Endpoint, Kit
 from conformance._reading import entry_view
 from conformance._registry import check
@@ -70,7 +72,7 @@ def _expect_parent(
             f"({len(parent.cumulative)} tokens)",
             observed=f"{len(answer.tokens or ())} tokens",
             hint="cumulative_token_ids is the parent's prompt_token_ids followed by its "
-            "generation_token_ids",
+            "generation_token_ids, after its parent chain's sequence when its prompt is a delta",
         )
     kit.fail(
         expected=f"{what} to resolve to call {parent.call_id!r}",
@@ -84,6 +86,13 @@ def visible_on_return(kit: Kit) -> None:
     """Once put returns, a resolver built before it and one built after it resolve to it."""
     early, sink = kit.lineage(), kit.sink()
     shared = process_shared(kit, early)
+    if shared and kit.claims("process-local"):
+        kit.fail(
+            expected="is_process_shared() to answer False over a store declared process-local",
+            observed="it answered True",
+            hint="no resolver in another process sees what this process's sink put; a serving "
+            "stack that trusts True resolves nothing in its other workers",
+        )
     for attempt in range(_ATTEMPTS):
         rollout = kit.rollout_id()
         first = _first(kit, rollout, size=4096 if attempt % 3 == 2 else None)
@@ -189,6 +198,56 @@ def root_and_resolved(kit: Kit) -> None:
     for dialect in DIALECTS:
         _chain(kit, resolver, sink, dialect)
     _lookalikes(kit, resolver, sink)
+    _marked(kit, resolver, sink)
+    _deltas(kit, resolver, sink)
+
+
+def _marked(kit: Kit, resolver: Endpoint, sink: Endpoint) -> None:
+    """A rollout marked incomplete, as a whole or for a call that never put, still holds its
+    committed calls: each continuation resolves to its own."""
+    for whole in (True, False):
+        rollout = kit.rollout_id("marked")
+        first = _first(kit, rollout)
+        step.put(kit, sink, first.entry)
+        step.mark(kit, sink, rollout, "" if whole else "call-lost")
+        second = captured(kit, rollout, _next_request(first, CHAT), CHAT.answer("Sunny.", "t2"))
+        step.put(kit, sink, second.entry)
+        how = "as a whole" if whole else "for a call that never put"
+        for request, parent, which in (
+            (second.request, first, "the second call's request"),
+            (_continues(second), second, "the third call's request"),
+        ):
+            _expect_parent(
+                kit,
+                resolve(kit, resolver, rollout, request),
+                parent,
+                f"{which} in a rollout marked incomplete {how}",
+                "a mark tells the consumer to mask the rollout; the calls committed in it are "
+                "still proven parents, and the resolver answers for them as for any other",
+            )
+
+
+def _deltas(kit: Kit, resolver: Endpoint, sink: Endpoint) -> None:
+    """Calls stored as NeMo Gym's ``delta_records`` stores them resolve with their whole
+    sequence, rebuilt through the parent chain."""
+    rollout = kit.rollout_id("delta")
+    first = _first(kit, rollout)
+    second = captured_delta(kit, first, _next_request(first, CHAT), CHAT.answer("Next.", "t2"))
+    third = captured_delta(
+        kit, second, _next_request(second, CHAT, "windy"), CHAT.answer("Last.", "t3")
+    )
+    for call in (first, second, third):
+        step.put(kit, sink, call.entry)
+    for parent, which in ((second, "a delta record"), (third, "a delta record of a delta")):
+        _expect_parent(
+            kit,
+            resolve(kit, resolver, rollout, _continues(parent)),
+            parent,
+            f"a continuation of {which} (prompt_is_delta)",
+            "a delta entry's prompt holds only what follows its parent's sequence: the match's "
+            "cumulative_token_ids are the parent chain's sequence followed by its own prompt "
+            "and generation, the sequence its digest covers",
+        )
 
 
 def _lookalikes(kit: Kit, resolver: Endpoint, sink: Endpoint) -> None:
@@ -256,12 +315,25 @@ def never_guesses(kit: Kit) -> None:
     case("a history that lost its first items", rollout, _continues(parent)[1:])
     changed = [*_next_request(parent, CHAT, output="rainy"), *CHAT.echo(second.answer)]
     case("a history whose tool result was changed", rollout, [*changed, *CHAT.ask("And?")[-1:]])
-    rollout = kit.rollout_id("twins")
-    twins = [_first(kit, rollout, call_id=f"twin-{n}") for n in range(2)]
-    for call in twins:
-        step.put(kit, sink, call.entry)
-    if twins[0].cumulative != twins[1].cumulative:
-        case("two calls that answered alike with different tokens", rollout, _continues(twins[0]))
+    for names in (("twin-0", "twin-1"), *folded_twins("twin")):
+        rollout = kit.rollout_id("twins")
+        twins = [_first(kit, rollout, call_id=name) for name in names]
+        for call in twins:
+            step.put(kit, sink, call.entry)
+        if twins[0].cumulative != twins[1].cumulative:
+            case(
+                f"two calls {names[0]!r} and {names[1]!r} that answered alike with different "
+                "tokens",
+                rollout,
+                _continues(twins[0]),
+            )
+    rollout = kit.rollout_id("undigested")
+    bare = _first(kit, rollout, continuation_context_digest="")
+    step.put(kit, sink, bare.entry)
+    case("an entry whose recorded context digest is empty", rollout, _continues(bare))
+    deleted = _deleted(kit, resolver, sink)
+    if deleted is not None:
+        case("a call of a deleted attempt, its rollout id used again", *deleted)
     base = kit.rollout_id("Iso")
     elsewhere = _first(kit, f"{base}.a")
     step.put(kit, sink, elsewhere.entry)
@@ -282,3 +354,21 @@ def never_guesses(kit: Kit) -> None:
             "recorded context repeated item for item, in this rollout, by this fingerprint "
             "version; among candidates with different tokens never pick one",
         )
+
+
+def _deleted(kit: Kit, resolver: Endpoint, sink: Endpoint) -> tuple[str, Items] | None:
+    """A rollout whose call was resolved, then deleted, then used again by a new attempt with
+    the same call id: the continuation of the deleted call, or None without ``delete``."""
+    source = kit.source()
+    if not source.has("delete") or kit.claims("no-delete"):
+        return None
+    rollout = kit.rollout_id("reused")
+    gone = _first(kit, rollout, call_id="call-0")
+    step.put(kit, sink, gone.entry)
+    _warm(kit, resolver, rollout, _continues(gone))
+    if step.raises(source.delete, [rollout]) is not None:
+        return None  # what delete must do is EXT-RETIRE-1's to judge
+    again = CHAT.ask("Weather in Rome?")
+    attempt = captured(kit, rollout, again, CHAT.answer("Rome.", "t1"), call_id="call-0")
+    step.put(kit, kit.sink(), attempt.entry)
+    return rollout, _continues(gone)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import inspect
 import struct
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from conformance._kit import Kit, PlainEndpoint
 from conformance._settings import DEFAULT_STAGING_CLASSES
-from conformance._staging.calls import float32_bits
+from conformance._staging.calls import float32_bits, sealed
 from tokcap_spec.staging import StagedCallBaseSnapshot, StagedCallRecord
 from tokcap_spec.staging.classes import WireClasses, wire_classes
 
@@ -146,6 +147,8 @@ def stage(
     """
     __tracebackhide__ = True
     doing = doing or f"stage({_ids(record)})"
+    _keys_given(kit).setdefault(_pair(record), set())
+    _attempts(kit)[_pair(record)] += 1
     record = wired(kit, record)
     try:
         if attachments is None:
@@ -159,7 +162,56 @@ def stage(
             observed=kit.redact(f"it raised {type(exc).__name__}: {exc}"),
             hint="catch every error in stage and return StageResult(ok=False, error=...)",
         )
-    return read_result(kit, result, doing, record)
+    staged = read_result(kit, result, doing, record)
+    if staged.ok:
+        _keys_given(kit).setdefault(_pair(record), set()).add(staged.key)
+    return staged
+
+
+_GIVEN: list[Any] = [None, {}, Counter()]
+"""The run :func:`_keys_given` and :func:`_attempts` speak of, the keys each pair was answered
+by ok stages, and how often each pair was staged."""
+
+
+def _this_run(kit: Kit) -> list[Any]:
+    if _GIVEN[0] is not kit.settings:
+        _GIVEN[:] = [kit.settings, {}, Counter()]
+    return _GIVEN
+
+
+def _keys_given(kit: Kit) -> dict[tuple[str, str], set[str]]:
+    """Every key an ok stage of this run answered, by ``(rollout_id, model_call_id)``."""
+    given: dict[tuple[str, str], set[str]] = _this_run(kit)[1]
+    return given
+
+
+def _attempts(kit: Kit) -> Counter[tuple[str, str]]:
+    """How many stages of this run handed each ``(rollout_id, model_call_id)``, ok or not."""
+    attempts: Counter[tuple[str, str]] = _this_run(kit)[2]
+    return attempts
+
+
+def _pair(record: Any) -> tuple[str, str]:
+    return (str(getattr(record, "rollout_id", "")), str(getattr(record, "model_call_id", "")))
+
+
+def _expect_keys_apart(kit: Kit, mine: tuple[str, str], other: tuple[str, str]) -> None:
+    """Fail STAGE-5 when two distinct pairs were answered one key by ok stages of this run."""
+    __tracebackhide__ = True
+    given = _keys_given(kit)
+    shared = sorted(given.get(mine, set()) & given.get(other, set()))
+    if mine != other and shared:
+        kit.fail(
+            clause="STAGE-5",
+            expected="distinct (rollout_id, model_call_id) pairs to get distinct keys",
+            observed=kit.redact(
+                f"{mine!r} and {other!r} were both answered the key {shared[0]!r}, which now "
+                f"fetches {other!r}"
+            ),
+            hint="encode both ids into the key so that no two pairs make one key (a key of the "
+            "call id alone meets every rollout's call-0), e.g. "
+            "tokcap_spec.staging.distinct_staging_key",
+        )
 
 
 def stage_ok(
@@ -175,6 +227,7 @@ def stage_ok(
     __tracebackhide__ = True
     staged = stage(kit, sink, record, attachments)
     if not staged.ok:
+        _refused_for_its_ids(kit, sink, record, attachments, staged.error)
         kit.fail(
             clause=clause,
             expected=f"stage({_ids(record)}) of a valid call to be ok{why}",
@@ -182,6 +235,34 @@ def stage_ok(
             hint="a valid call is stored and answered ok; refuse only what cannot be stored",
         )
     return staged.key
+
+
+def _refused_for_its_ids(
+    kit: Kit,
+    sink: PlainEndpoint,
+    record: StagedCallRecord,
+    attachments: Mapping[str, Any] | None,
+    error: str,
+) -> None:
+    """Fail STAGE-5 when the refused call stages ok under ids nothing else holds: the refusal
+    came from its ids alone (keys that meet another pair's, ids the store cannot take)."""
+    __tracebackhide__ = True
+    if not isinstance(record, StagedCallRecord) or _attempts(kit)[_pair(record)] > 1:
+        return  # what an earlier stage of these very ids left behind is another clause's
+    rollout = kit.rollout_id("fresh-ids")
+    fresh = sealed({**record.model_dump(), "rollout_id": rollout, "model_call_id": rollout})
+    if not stage(kit, sink, fresh, attachments, doing=f"stage({_ids(fresh)})").ok:
+        return  # refused whatever its ids: not a matter of keys
+    kit.fail(
+        clause="STAGE-5",
+        expected=f"stage({_ids(record)}) of a valid call to be ok",
+        observed=f"it was refused ({error}), while the very same call under ids nothing else "
+        "holds stages ok",
+        hint="the key must be distinct for every (rollout_id, model_call_id) pair and take any "
+        "id: a key of the call id alone meets every other rollout's call of that id (each "
+        "numbers its calls from call-0); encode both ids, e.g. "
+        "tokcap_spec.staging.distinct_staging_key",
+    )
 
 
 def fetch(
@@ -276,6 +357,11 @@ def expect_row(
     wanted = record.model_dump(exclude={"extras"})
     for name in ("rollout_id", "model_call_id", "digest"):
         if fields.get(name) != wanted[name]:
+            _expect_keys_apart(
+                kit,
+                _pair(record),
+                (str(fields.get("rollout_id")), str(fields.get("model_call_id"))),
+            )
             kit.fail(
                 clause=clause,
                 expected=f"{where} to hold the call staged under it ({_ids(record)})",

@@ -71,3 +71,31 @@ class TestLineBreakText:
         text = hazards.line_break_text()
         assert len(text.splitlines()) == len(hazards.LINE_BREAKS) + 1
         assert {"\u2028", "\u2029", "\x85"} <= set(text)
+
+
+def _folds(call_id: str) -> set[str]:
+    """What ``call_id`` becomes under each folding a key scheme or a de-duplicator applies."""
+    import unicodedata
+
+    return {
+        call_id.casefold(),
+        call_id.strip(),
+        unicodedata.normalize("NFC", call_id),
+        unicodedata.normalize("NFKC", call_id),
+        " ".join(call_id.split()),
+        call_id.replace("/", "_"),
+    }
+
+
+class TestFoldedTwins:
+    def test_each_pair_is_distinct_and_one_folding_makes_it_one(self) -> None:
+        pairs = list(hazards.folded_twins("twin"))
+        assert len(pairs) >= 6
+        for one, two in pairs:
+            assert one != two
+            assert _folds(one) & _folds(two), (one, two)
+
+    def test_the_pairs_reach_case_padding_unicode_whitespace_and_separators(self) -> None:
+        joined = "".join(one + two for one, two in hazards.folded_twins("twin"))
+        for needle in ("A", " ", "\u00e9", "e\u0301", "\ufb01", "\t", "/", "_"):
+            assert needle in joined, repr(needle)

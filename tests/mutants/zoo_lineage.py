@@ -6,18 +6,23 @@ source and resolver at once: only the way it resolves is broken.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from reference.file_store import FileTokenStore
+from reference.memory_store import MemoryTokenStore
 from tokcap_spec.fingerprint import assistant_fingerprint, context_digest, token_digest
 from tokcap_spec.lineage import (
     LineageMatch,
     LineageResolution,
     ParentResolutionStatus,
+    cumulative_tokens,
     resolve_from,
 )
 from tokcap_spec.records import TokenEntry
+
+Items = Sequence[dict[str, Any]]
 
 
 class _Resolving(FileTokenStore):
@@ -62,6 +67,9 @@ class IndexedOnce(_Resolving):
     """
 
     breaks: ClassVar[str] = "LINEAGE-1"
+    also: ClassVar[tuple[str, ...]] = ("LINEAGE-3",)
+    """The index it keeps outlives a delete: a continuation of the deleted attempt's call
+    still resolves once the rollout id is used again."""
     flags: ClassVar[tuple[str, ...]] = _flags("IndexedOnce")
 
     def __init__(self, root: Any, **kwargs: Any) -> None:
@@ -135,14 +143,31 @@ class SkipsContextCheck(_Resolving):
         fingerprint = assistant_fingerprint(request_items)
         if not fingerprint:
             return LineageResolution(ParentResolutionStatus.ROOT)
+        sequences = cumulative_tokens(entries)
         for entry in entries:
             stamped = _stamp(entry, "continuation_fingerprint") == fingerprint
             if stamped and _stamp(entry, "fingerprint_version") == 2:
-                return _resolved(entry, (*entry.prompt_token_ids, *entry.generation_token_ids))
+                return _resolved(entry, sequences[entry.model_call_id])
         return LineageResolution(ParentResolutionStatus.UNRESOLVED, reason="no_match")
 
 
-class FirstOfTwins(_Resolving):
+class _WhenAmbiguous(_Resolving):
+    """Resolves as the correct resolver does, except where it finds candidates with different
+    tokens: then :meth:`ambiguous` answers."""
+
+    def decide(
+        self, entries: Sequence[TokenEntry], request_items: Sequence[dict[str, Any]]
+    ) -> LineageResolution:
+        decided = resolve_from(entries, request_items)
+        if decided.reason != "ambiguous":
+            return decided
+        return self.ambiguous(entries, request_items)
+
+    def ambiguous(self, entries: Sequence[TokenEntry], request_items: Items) -> LineageResolution:
+        raise NotImplementedError
+
+
+class FirstOfTwins(_WhenAmbiguous):
     """LINEAGE-3: among calls that answered alike, the first one put is taken as the parent.
 
     Two samples of one prompt often answer with the same text and different tokens; picking
@@ -152,12 +177,7 @@ class FirstOfTwins(_Resolving):
     breaks: ClassVar[str] = "LINEAGE-3"
     flags: ClassVar[tuple[str, ...]] = _flags("FirstOfTwins")
 
-    def decide(
-        self, entries: Sequence[TokenEntry], request_items: Sequence[dict[str, Any]]
-    ) -> LineageResolution:
-        decided = resolve_from(entries, request_items)
-        if decided.reason != "ambiguous":
-            return decided
+    def ambiguous(self, entries: Sequence[TokenEntry], request_items: Items) -> LineageResolution:
         fingerprint = assistant_fingerprint(request_items)
         for entry in entries:
             length = _stamp(entry, "continuation_context_len")
@@ -166,7 +186,7 @@ class FirstOfTwins(_Resolving):
                 == _stamp(entry, "continuation_context_digest")
             ):
                 return _resolved(entry, (*entry.prompt_token_ids, *entry.generation_token_ids))
-        return decided
+        return resolve_from(entries, request_items)
 
 
 class AwaitedSharedFlag(_Resolving):
@@ -180,4 +200,137 @@ class AwaitedSharedFlag(_Resolving):
     flags: ClassVar[tuple[str, ...]] = _flags("AwaitedSharedFlag")
 
     async def is_process_shared(self) -> bool:  # type: ignore[override]
+        return True
+
+
+class SkipsMarkedRollouts(_Resolving):
+    """LINEAGE-2: a rollout marked incomplete is given up on: every continuation in it is
+    answered unresolved.
+
+    The consumer masks such a rollout anyway, so a server that remembers the marks it took
+    stops resolving there; but the calls committed in it are still proven parents, and later
+    calls of the rollout lose their lineage for nothing.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-2"
+    flags: ClassVar[tuple[str, ...]] = _flags("SkipsMarkedRollouts")
+    marked: ClassVar[set[str]] = set()
+
+    async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
+        await super().mark_incomplete(rollout_id, model_call_id)
+        self.marked.add(rollout_id)
+
+    async def resolve(
+        self, rollout_id: str, request_items: Sequence[dict[str, Any]]
+    ) -> LineageResolution:
+        decided = await super().resolve(rollout_id, request_items)
+        if rollout_id in self.marked and decided.status is ParentResolutionStatus.RESOLVED:
+            return LineageResolution(ParentResolutionStatus.UNRESOLVED, reason="incomplete")
+        return decided
+
+
+class DeltaTakenWhole(_Resolving):
+    """LINEAGE-2: every entry's prompt is taken for its whole prompt, ``prompt_is_delta`` or not.
+
+    Written before ``delta_records`` existed: a delta entry's own tokens no longer hash to its
+    digest, so it is dropped as tampered, and every continuation of it comes back unresolved.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-2"
+    flags: ClassVar[tuple[str, ...]] = _flags("DeltaTakenWhole")
+
+    def decide(
+        self, entries: Sequence[TokenEntry], request_items: Sequence[dict[str, Any]]
+    ) -> LineageResolution:
+        whole = [entry.model_copy(update={"prompt_is_delta": False}) for entry in entries]
+        return resolve_from(whole, request_items)
+
+
+def _folded(call_id: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", call_id).casefold().replace("/", "_").split())
+
+
+class FoldsLookalikeTwins(_WhenAmbiguous):
+    """LINEAGE-3: candidates whose call ids fold to one (case, padding, unicode form,
+    separators) are taken for one call, retried, and the first is the parent.
+
+    Meant to merge a call that a flaky client sent twice under a reformatted id; two different
+    calls whose ids only look alike are merged too, and one's tokens are spliced under the
+    other's continuation.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-3"
+    flags: ClassVar[tuple[str, ...]] = _flags("FoldsLookalikeTwins")
+
+    def ambiguous(self, entries: Sequence[TokenEntry], request_items: Items) -> LineageResolution:
+        kept: dict[str, TokenEntry] = {}
+        for entry in entries:
+            kept.setdefault(_folded(entry.model_call_id), entry)
+        return resolve_from(list(kept.values()), request_items)
+
+
+class EmptyDigestTrusted(_Resolving):
+    """LINEAGE-3: an entry with no recorded context digest is matched on its model turns alone.
+
+    Kept for records written before the context was stamped; a record whose digest is empty
+    now lets a rewritten history resolve to it.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-3"
+    flags: ClassVar[tuple[str, ...]] = _flags("EmptyDigestTrusted")
+
+    def decide(
+        self, entries: Sequence[TokenEntry], request_items: Sequence[dict[str, Any]]
+    ) -> LineageResolution:
+        fingerprint = assistant_fingerprint(request_items)
+        for entry in entries:
+            bare = not _stamp(entry, "continuation_context_digest")
+            if bare and fingerprint and _stamp(entry, "continuation_fingerprint") == fingerprint:
+                return _resolved(entry, (*entry.prompt_token_ids, *entry.generation_token_ids))
+        return resolve_from(entries, request_items)
+
+
+class KeepsFirstSeenCall(_Resolving):
+    """LINEAGE-3: each call id's entry is read once and kept, since an acked entry never changes.
+
+    True until a rollout is deleted and its id used again: the new attempt's ``call-0`` is
+    never read, and a continuation of the deleted attempt's ``call-0`` still resolves.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-3"
+    flags: ClassVar[tuple[str, ...]] = _flags("KeepsFirstSeenCall")
+
+    def __init__(self, root: Any, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+        self._seen: dict[tuple[str, str], TokenEntry] = {}
+
+    async def entries_of(self, rollout_id: str) -> tuple[TokenEntry, ...]:
+        for entry in await self.peek(rollout_id):
+            self._seen.setdefault((rollout_id, entry.model_call_id), entry)
+        return tuple(entry for (rollout, _), entry in self._seen.items() if rollout == rollout_id)
+
+
+class SharedOverLocal(MemoryTokenStore):
+    """LINEAGE-1: a resolver over a process-local memory store says ``is_process_shared()``.
+
+    Copied from the file store's resolver with the flag left as it was: other workers trust
+    it, and nothing they put is ever seen here.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-1"
+    flags: ClassVar[tuple[str, ...]] = (
+        "--tokcap-capability=process-local",
+        "--tokcap-fence=strict",
+        "--tokcap-lineage=zoo_lineage:SharedOverLocal",
+    )
+
+    def __init__(self, root: Any = "default") -> None:
+        super().__init__(namespace=str(root))
+
+    async def resolve(
+        self, rollout_id: str, request_items: Sequence[dict[str, Any]]
+    ) -> LineageResolution:
+        return resolve_from(await self.peek(rollout_id), request_items)
+
+    def is_process_shared(self) -> bool:
         return True

@@ -14,6 +14,7 @@ import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 from staging_base import Refused, StagingBase, UncheckedReads
 
@@ -516,3 +517,37 @@ class ExtrasLeftOut(UncheckedReads):
     def encode(self, key: str, record: StagedCallRecord, attachments: dict[str, Any]) -> bytes:
         row = json.loads(record.model_dump_json(exclude={"extras"}))
         return json.dumps({"key": key, "record": row, "attachments": attachments}).encode()
+
+
+class CallIdOnlyKey(StagingBase):
+    """STAGE-5: the key is the call id alone, as if call ids were unique across rollouts.
+
+    They are not: every rollout numbers its calls from ``call-0``, so the second rollout's
+    first call meets the first rollout's under one key and is refused as a different call.
+    """
+
+    breaks: ClassVar[str] = "STAGE-5"
+
+    def key_of(self, rollout_id: str, model_call_id: str) -> str:
+        return quote(model_call_id, safe="")
+
+
+class CallIdKeyReplaces(StagingBase):
+    """STAGE-5: the key is the call id alone, and a row left by another rollout is replaced.
+
+    Written as "a call id is unique while its rollout lives; a row of another rollout under it
+    is a leftover": a different call of the same ids is still refused, but the first rollout's
+    ``call-0`` is overwritten by the next rollout's, and its key fetches the wrong call.
+    """
+
+    breaks: ClassVar[str] = "STAGE-5"
+
+    def key_of(self, rollout_id: str, model_call_id: str) -> str:
+        return quote(model_call_id, safe="")
+
+    def put_unlocked(self, key: str, record: StagedCallRecord, attachments: dict[str, Any]) -> None:
+        stored = self.read(key)
+        if stored is not None and self.decode(stored)[1].rollout_id != record.rollout_id:
+            self.write(key, self.encode(key, record, attachments))
+            return
+        super().put_unlocked(key, record, attachments)
