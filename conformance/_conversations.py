@@ -22,6 +22,7 @@ from tokcap_spec.fingerprint import continuation_stamp, token_digest
 
 __all__ = [
     "DIALECTS",
+    "TOOL_ONLY",
     "Answer",
     "Call",
     "Conversation",
@@ -125,6 +126,32 @@ DIALECTS = (
     ),
 )
 """The three request shapes a serving process meets."""
+
+TOOL_ONLY = (
+    Conversation(
+        "chat-tool-only",
+        DIALECTS[0].ask,
+        lambda text, tool_id: [{**_chat_answer(text, tool_id)[0], "content": None}],
+        DIALECTS[0].result,
+        _reserialized,
+    ),
+    Conversation(
+        "responses-tool-only",
+        DIALECTS[1].ask,
+        lambda text, tool_id: DIALECTS[1].answer(text, tool_id)[-1:],
+        DIALECTS[1].result,
+    ),
+    Conversation(
+        "anthropic-tool-only",
+        DIALECTS[2].ask,
+        lambda text, tool_id: [
+            {"role": "assistant", "content": DIALECTS[2].answer(text, tool_id)[0]["content"][1:]}
+        ],
+        DIALECTS[2].result,
+    ),
+)
+"""The same dialects with model turns that are a tool call alone: no text, no assistant message
+in Responses, no text block in Anthropic."""
 
 
 @dataclass(frozen=True)

@@ -359,7 +359,8 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         hazards=(
             "An unknown kwarg whose value is a secret: the error's text, arguments and "
-            "traceback searched for it."
+            "traceback searched for it; a sink that accepted it is put into and frozen, and must "
+            "not refuse it then."
         ),
         checked_by=KIT,
     ),
@@ -430,7 +431,8 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         hazards=(
             "Entries put by sinks in two spawned workers, frozen and compared exactly from a "
-            "source here."
+            "source here: plain ones and ones holding 64-bit floats, `-0.0` and extra fields (a "
+            "change the same entry also meets when put and frozen here is PUT-2's)."
         ),
         checked_by=KIT,
     ),
@@ -913,7 +915,8 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         hazards=(
             "Marks of a call that has an entry, from a fresh sink here and from a spawned "
-            "worker, seen by fresh sources."
+            "worker, seen by fresh sources; a worker's mark of a rollout this process froze "
+            "before, seen by a fresh source and by the one that froze it."
         ),
         checked_by=KIT,
     ),
@@ -1051,7 +1054,10 @@ CLAUSES: tuple[Clause, ...] = (
             "Buffering until close; flushing only on close; closing the connection before "
             "pending writes finished."
         ),
-        hazards=("Puts and a mark, then `close`, then a fresh source's freeze."),
+        hazards=(
+            "Puts and a mark, then `close`, then a fresh source's freeze; one sink's put, then "
+            "another sink's puts and mark into the same rollout, then the first sink's `close`."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -1168,7 +1174,9 @@ CLAUSES: tuple[Clause, ...] = (
             "by case, separators, composed or decomposed accents, a trailing space, a ligature, "
             "or a character against the escape that spells it (a newline and `\\n`); rollouts "
             "marked incomplete as a whole or for a call that never put; chains of delta records "
-            "(a delta of a delta), as NeMo Gym writes them with `delta_records`."
+            "(a delta of a delta), as NeMo Gym writes them with `delta_records`; model turns "
+            "that are a tool call alone in every dialect (a Responses `function_call` with no "
+            "assistant message)."
         ),
         checked_by=KIT,
     ),
@@ -1201,7 +1209,8 @@ CLAUSES: tuple[Clause, ...] = (
             "id is a prefix of the parent's; an entry stamped with version 1; twin calls whose "
             "ids differ only by case, padding, unicode form, a compatibility character, a tab or "
             "a separator; an entry with an empty context digest; a rollout resolved, deleted and "
-            "written again under the same call id."
+            "written again under the same call id; a parent in another rollout asked in one with "
+            "calls of its own; a call acked with two payloads (a silent conflict)."
         ),
         checked_by=KIT,
     ),
@@ -1469,8 +1478,9 @@ CLAUSES: tuple[Clause, ...] = (
             "function. `stage` answers a `StageResult`, or an object with its `ok`, "
             "`staging_key` and `error`: `ok` a bool, with a non-empty string key when it is "
             "true and a non-empty error when it is false. A caller that names its classes gets "
-            "an instance of its own `StageResult` (NeMo Gym's capture refuses any other class), "
-            "whichever record class it hands over. `fetch` answers a list."
+            "an instance of its own `StageResult` for every record of those classes it hands "
+            "over (NeMo Gym's capture refuses any other class); an answer to anything else is "
+            "read by its fields. `fetch` answers a list."
         ),
         why=(
             "Gym calls `stage` from a completion thread while it answers the request and reads "
@@ -1569,7 +1579,8 @@ CLAUSES: tuple[Clause, ...] = (
             "A record whose digest does not match its fields, one whose extras do not match "
             "their digest, a plain dict of valid fields, `None`; "
             "attachments that are a list, or keyed by ints; each handed over unvalidated and "
-            "followed by a correct stage of the same ids."
+            "followed by a correct stage of the same ids, whose extras, where the store declares "
+            "`read-back`, must be its own."
         ),
         checked_by=KIT,
     ),
@@ -1710,7 +1721,7 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "Token ids 0, 2**53 + 1 and 2**64 - 1; log probs `-0.0`, float32 subnormals, "
             "values differing below float32 precision, deltas of thousands of tokens; non-ASCII "
-            "ids; nested extras."
+            "ids; nested extras; a mask holding `-0.0`."
         ),
         checked_by=KIT,
     ),

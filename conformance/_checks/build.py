@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from typing import Any
 
 from conformance._kit import Kit, build_endpoint, unexpected_error
 from conformance._registry import basic, check
@@ -76,7 +77,7 @@ def unknown_kwarg_secret(kit: Kit) -> None:
                 hint="never format kwargs (or a URL with a password) into exception messages",
             )
     else:
-        kit.run(built.close())
+        _used_as_built(kit, built, canary)
     try:
         with kit.watch.call([constructor(kit.settings.sink)]):
             endpoint = build_endpoint(kit.settings.sink, kwargs, "sink")
@@ -89,6 +90,33 @@ def unknown_kwarg_secret(kit: Kit) -> None:
             )
     else:
         kit.run(endpoint.close())
+
+
+def _used_as_built(kit: Kit, built: Any, canary: str) -> None:
+    """A sink that took the unknown kwarg at construction works, or it should have refused it
+    then: a put and a freeze must not refuse it at first use, the value least of all."""
+    rollout = kit.rollout_id("unknown-kwarg")
+    calls: list[tuple[str, tuple[Any, ...]]] = [("put", (kit.entries.entry(rollout),))]
+    if callable(getattr(built, "freeze", None)):
+        calls.append(("freeze", (rollout,)))
+    try:
+        for name, arguments in calls:
+            try:
+                with kit.watch.call([name]):
+                    kit.run(getattr(built, name)(*arguments))
+            except Exception as exc:
+                text = f"{exc!s} {exc!r}"
+                shown = " and shows the value passed" if canary in text else ""
+                kit.fail(
+                    expected="a kwarg the constructor accepted to be taken, or refused at "
+                    "construction, when the service starts",
+                    observed=f"{name} on the sink built with 'tokcap_unknown_option' raised "
+                    f"{type(exc).__name__}{shown}",
+                    hint="validate kwargs in the constructor: an error at the first put reaches "
+                    "a serving process mid-rollout, not the operator at startup",
+                )
+    finally:
+        kit.run(built.close())
 
 
 @basic("BUILD-1", "builds")

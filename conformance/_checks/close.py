@@ -57,6 +57,33 @@ def loses_nothing(kit: Kit) -> None:
             observed=step.describe(marked),
             hint=_DURABLE_BEFORE_CLOSE + "; a rollout with no entry still holds its mark",
         )
+    _keeps_others_writes(kit)
+
+
+def _keeps_others_writes(kit: Kit, clause: str | None = None) -> None:
+    """A close writes nothing back: what another instance acked to the same rollout after this
+    one's last write, entries and a mark, is there once this one closed."""
+    __tracebackhide__ = True
+    closing, other = kit.sink(), kit.sink()
+    rollout = kit.rollout_id("close-shared")
+    mine = kit.entries.entry(rollout)
+    step.put(kit, closing, mine, clause="PUT-1")
+    theirs = [kit.entries.entry(rollout) for _ in range(2)]
+    for entry in theirs:
+        step.put(kit, other, entry, clause="PUT-1")
+    step.mark(kit, other, rollout, step.call_of(theirs[0]), clause="MASK-1")
+    kit.run(closing.raw.close())
+    after = step.freeze(kit, kit.source(), rollout)
+    step.expect(
+        kit,
+        after.incomplete and after.payloads() == step.sent([mine, *theirs]),
+        "what another instance acked to the rollout, entries and a mark, to be there after "
+        "this instance closed",
+        step.describe(after),
+        "close must not write this instance's copy of a rollout back over the store: it is "
+        "older than what other instances acked since",
+        clause=clause,
+    )
 
 
 @basic("CLOSE-2", "closing")
@@ -84,3 +111,4 @@ def basic_closing(kit: Kit) -> None:
         step.describe(after),
         _DURABLE_BEFORE_CLOSE,
     )
+    _keeps_others_writes(kit, "CLOSE-2")

@@ -13,6 +13,7 @@ from typing import Any
 from conformance import _steps as step
 from conformance._conversations import (
     DIALECTS,
+    TOOL_ONLY,
     Answer,
     Call,
     Conversation,
@@ -195,7 +196,7 @@ def root_and_resolved(kit: Kit) -> None:
             )
         if attempt == "before":
             step.put(kit, sink, first.entry)
-    for dialect in DIALECTS:
+    for dialect in (*DIALECTS, *TOOL_ONLY):
         _chain(kit, resolver, sink, dialect)
     _lookalikes(kit, resolver, sink)
     _marked(kit, resolver, sink)
@@ -339,6 +340,17 @@ def never_guesses(kit: Kit) -> None:
     step.put(kit, sink, elsewhere.entry)
     for lookalike in (f"{base}-a", f"{base}_a", f"{base}.A", base):
         case(f"a parent put into {base}.a, asked in {lookalike}", lookalike, _continues(elsewhere))
+    busy = kit.rollout_id("busy")
+    own = captured(kit, busy, CHAT.ask("Weather in Rome?"), CHAT.answer("Rome.", "t9"))
+    step.put(kit, sink, own.entry)
+    case(
+        f"a parent put into {base}.a, asked in a rollout with calls of its own",
+        busy,
+        _continues(elsewhere),
+    )
+    conflicted = _conflicted(kit, sink)
+    if conflicted is not None:
+        case("a call id committed with two payloads", *conflicted)
     rollout = kit.rollout_id("v1")
     stale = _first(kit, rollout, fingerprint_version=1)
     step.put(kit, sink, stale.entry)
@@ -372,3 +384,15 @@ def _deleted(kit: Kit, resolver: Endpoint, sink: Endpoint) -> tuple[str, Items] 
     attempt = captured(kit, rollout, again, CHAT.answer("Rome.", "t1"), call_id="call-0")
     step.put(kit, kit.sink(), attempt.entry)
     return rollout, _continues(gone)
+
+
+def _conflicted(kit: Kit, sink: Endpoint) -> tuple[str, Items] | None:
+    """A call put, then put again with other tokens: where the sink acks the second put (a
+    silent conflict, MASK-4), the continuation of that call; None where it refuses it."""
+    rollout = kit.rollout_id("conflict")
+    first = _first(kit, rollout, call_id="call-0")
+    step.put(kit, sink, first.entry)
+    again = _first(kit, rollout, call_id="call-0")
+    if again.cumulative == first.cumulative or step.raises(sink.put, again.entry) is not None:
+        return None
+    return rollout, _continues(first)

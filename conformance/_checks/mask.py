@@ -49,14 +49,20 @@ def other_process(kit: Kit) -> None:
     """A mark made by a sink in a spawned worker is seen by a source here."""
     if kit.claims("process-local"):
         raise NotClaimed("the target declares process-local")
-    rollout = kit.rollout_id()
-    entry = kit.entries.entry(rollout)
+    rollout, read_here = kit.rollout_id(), kit.rollout_id("read-here")
+    entry, seen_entry = kit.entries.entry(rollout), kit.entries.entry(read_here)
+    # A rollout this process froze before the worker marks it: a flag kept per process from
+    # that first freeze must give way to the mark.
+    early = kit.source()
+    step.put(kit, kit.sink(), seen_entry)
+    step.freeze(kit, early, read_here)
     plan = WorkerPlan(
         kit.settings.sink,
         dict(kit.settings.sink_kwargs),
         (
             Operation("put", entry_view(entry).payload),
             Operation("mark", rollout_id=rollout, model_call_id=step.call_of(entry)),
+            Operation("mark", rollout_id=read_here, model_call_id=step.call_of(seen_entry)),
         ),
         entry_class=kit.settings.entry_class,
     )
@@ -67,12 +73,22 @@ def other_process(kit: Kit) -> None:
             observed=kit.redact(f"{outcome.stage}: {outcome.error}"),
             hint="build the sink from the target and kwargs alone",
         )
-    _expect_incomplete(
-        kit,
-        rollout,
-        "after a mark in another process",
-        "keep marks where every process reads them",
-    )
+    for marked, how in ((rollout, ""), (read_here, " of a rollout this process froze before")):
+        _expect_incomplete(
+            kit,
+            marked,
+            f"after a mark in another process{how}",
+            "keep marks where every process reads them, and read them on every freeze: never "
+            "keep a rollout's flag from an earlier freeze",
+        )
+    seen = step.freeze(kit, early, read_here)
+    if not seen.incomplete:
+        kit.fail(
+            expected="incomplete=True from the source that froze the rollout before another "
+            "process marked it",
+            observed=step.describe(seen),
+            hint="a long-lived source must read marks made by any process since it last froze",
+        )
 
 
 @check("MASK-2", "sticky")

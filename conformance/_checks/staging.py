@@ -238,6 +238,29 @@ def refusals(kit: Kit) -> None:
         steps.expect_row(
             kit, steps.fetch_one(kit, source, key), correct, f"the row after {what} was refused"
         )
+        _expect_extras_after_refusal(kit, source, key, correct, what)
+
+
+def _expect_extras_after_refusal(
+    kit: Kit, source: PlainEndpoint, key: str, correct: StagedCallRecord, what: str
+) -> None:
+    """Where the store declares read-back, the extras under the correct call's key are its own,
+    nothing of the refused call's (how read-back itself behaves is STAGE-11's)."""
+    if not kit.claims(_READ_BACK) or not source.has("fetch_extras"):
+        return
+    try:
+        (extras,) = source.raw.fetch_extras([key])
+    except Exception:
+        return
+    difference = steps.value_difference(correct.extras, extras)
+    if difference:
+        kit.fail(
+            expected=f"the extras under {key!r} to be the correct call's, after {what} with "
+            "its ids was refused",
+            observed=kit.redact(difference),
+            hint="validate the whole record, extras against their digest included, before "
+            "writing any of it: a refused call must leave nothing behind",
+        )
 
 
 @check("STAGE-4", "odd-attachments")
@@ -661,6 +684,17 @@ def _hard_values(calls: CallFactory) -> list[tuple[str, StagedCallRecord]]:
     out = []
     ids = [0, 1, 2**31, 2**32 + 1, 2**53 + 1, 2**63, 2**64 - 1]
     out.append(("token ids up to 2**64 - 1", calls.root(token_ids_delta=ids)))
+    masks = [1.0, -0.0, 0.0, 1.0, -0.0]
+    out.append(
+        (
+            "a mask holding -0.0",
+            calls.root(
+                token_ids_delta=[9] * len(masks),
+                token_mask_delta=masks,
+                generation_log_probs_delta=[-0.5, 0.0, -0.0, -1.0, -0.0],
+            ),
+        )
+    )
     probs = [-0.0, -FLOAT32_SUBNORMAL, -1e-42, -3.4e38, -1.0000001, -2.5e-8, -0.1]
     out.append(
         (

@@ -126,6 +126,11 @@ CORRECT = (
         ("--tokcap-fence=strict", "--tokcap-lineage=reference.lineage:FileLineageResolver", BUDGET),
     ),
     JudgedStore(
+        "SilentConflictsWithLineage",
+        "zoo_lineage:SilentConflicts",
+        ("--tokcap-fence=strict", "--tokcap-lineage=zoo_lineage:SilentConflicts"),
+    ),
+    JudgedStore(
         "MemoryTokenStoreWithLineage",
         "reference.memory_store:MemoryTokenStore",
         (

@@ -65,3 +65,22 @@ class LeaksKwargsInArgs(BaseStore):
         if options:
             raise ValueError("unexpected options", options)
         super().__init__(root)
+
+
+class RefusesOptionsAtFirstUse(BaseStore):
+    """BUILD-2: options are kept as given and checked at the first write, not at construction.
+
+    Construction stays cheap and never fails, so an unknown option surfaces as an error in a
+    serving process's first put, mid-rollout, instead of at startup.
+    """
+
+    breaks: ClassVar[str] = "BUILD-2"
+
+    def __init__(self, root: str, **options: Any) -> None:
+        super().__init__(root)
+        self._options = options
+
+    def write(self, entry: Any) -> None:
+        if self._options:
+            raise TypeError(f"unsupported options: {', '.join(sorted(self._options))}")
+        super().write(entry)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import ClassVar
 
@@ -68,4 +69,29 @@ class TidiesEmptyRolloutsOnClose(BaseStore):
                 state = self.load(rollout_id)
                 if not state.entries and not state.retired and not state.frozen:
                     os.unlink(os.path.join(folder, name))
+        await super().close()
+
+
+class CloseWritesBackStale(BaseStore):
+    """CLOSE-2: close saves again every rollout state this instance wrote, to be sure.
+
+    A belt-and-braces flush: but the copy it holds is its own last write, so whatever other
+    instances acked to those rollouts since, entries and marks, is written over and lost.
+    """
+
+    breaks: ClassVar[str] = "CLOSE-2"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._written: dict[str, RolloutFileState] = {}
+
+    def save(self, rollout_id: str, state: RolloutFileState) -> None:
+        super().save(rollout_id, state)
+        self._written[rollout_id] = copy.deepcopy(state)
+
+    async def close(self) -> None:
+        written, self._written = self._written, {}
+        for rollout_id, state in written.items():
+            with self.locked(rollout_id):
+                super().save(rollout_id, state)
         await super().close()

@@ -10,6 +10,8 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from base import BaseStore, RolloutFileState
+
 from reference.file_store import FileTokenStore
 from reference.memory_store import MemoryTokenStore
 from tokcap_spec.fingerprint import assistant_fingerprint, context_digest, token_digest
@@ -20,6 +22,7 @@ from tokcap_spec.lineage import (
     cumulative_tokens,
     resolve_from,
 )
+from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry
 
 Items = Sequence[dict[str, Any]]
@@ -334,3 +337,120 @@ class SharedOverLocal(MemoryTokenStore):
 
     def is_process_shared(self) -> bool:
         return True
+
+
+class AssistantMessageRoots(_Resolving):
+    """LINEAGE-2: a request with no item of role ``assistant`` is taken for a root.
+
+    True of chat and of Anthropic's messages; in the Responses dialect a model turn that is a
+    tool call alone is a ``function_call`` item with no role, and its continuation comes back
+    a root instead of resolving to the call.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-2"
+    flags: ClassVar[tuple[str, ...]] = _flags("AssistantMessageRoots")
+
+    def decide(self, entries: Sequence[TokenEntry], request_items: Items) -> LineageResolution:
+        if not any(item.get("role") == "assistant" for item in request_items):
+            return LineageResolution(ParentResolutionStatus.ROOT)
+        return resolve_from(entries, request_items)
+
+
+_PUT_INTO: set[str] = set()
+"""The rollouts this process put into, in the order met."""
+
+
+class SearchesSiblingRollouts(_Resolving):
+    """LINEAGE-3: a request its own rollout has calls for, none of them its parent, is looked
+    up in the other rollouts this process wrote, and a parent found there is taken.
+
+    Meant to rescue requests a harness sent under the wrong rollout id; it splices another
+    conversation's tokens into this one.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-3"
+    flags: ClassVar[tuple[str, ...]] = _flags("SearchesSiblingRollouts")
+
+    async def put(self, entry: TokenEntry) -> None:
+        await super().put(entry)
+        _PUT_INTO.add(entry.rollout_id)
+
+    async def resolve(self, rollout_id: str, request_items: Items) -> LineageResolution:
+        own = await self.peek(rollout_id)
+        decided = resolve_from(own, request_items)
+        if not own or decided.status is not ParentResolutionStatus.UNRESOLVED:
+            return decided
+        for other in sorted(_PUT_INTO - {rollout_id}):
+            found = resolve_from(await self.peek(other), request_items)
+            if found.status is ParentResolutionStatus.RESOLVED:
+                return found
+        return decided
+
+
+_AGAIN = "\x00\x00again"
+"""What the key of a call's second payload adds to its call id."""
+
+
+class SilentConflicts(BaseStore):
+    """A correct store that acks a conflicting re-put (MASK-4's silent conflict), and resolves.
+
+    The rollout is marked incomplete for good and freezes with the first payload; the second is
+    kept beside it, so the resolver sees a call committed with two payloads and never takes it
+    as a parent. Judged as sink, source and resolver at once.
+    """
+
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
+        known = state.entries.get(call)
+        if known is None or known == payload or state.entries.get(call + _AGAIN) == payload:
+            super().apply_put(rollout_id, state, call, payload if known is None else known)
+            return
+        self.refuse_retired(rollout_id, state)
+        state.entries.setdefault(call + _AGAIN, payload)
+        state.incomplete = True
+        self.bump(state)
+
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
+        found = super().snapshot(rollout_id, state)
+        kept = tuple(entry for entry in found.entries if not entry_conflict(entry, state))
+        return TokenCaptureSnapshot(
+            found.rollout_id, kept, found.incomplete, found.snapshot_id, found.version
+        )
+
+    def committed(self, rollout_id: str) -> list[TokenEntry]:
+        """Every payload the rollout's calls were committed with, second ones included."""
+        with self.locked(rollout_id):
+            state = self.load(rollout_id)
+        if state.deleted or state.retired:
+            return []
+        return [self.decode(stored) for stored in state.entries.values()]
+
+    async def resolve(self, rollout_id: str, request_items: Items) -> LineageResolution:
+        return resolve_from(self.committed(rollout_id), request_items)
+
+    def is_process_shared(self) -> bool:
+        return True
+
+
+def entry_conflict(entry: TokenEntry, state: RolloutFileState) -> bool:
+    """Whether ``entry`` is the second payload of its call, kept only for lineage."""
+    return state.entries.get(entry.model_call_id + _AGAIN) == entry.to_json_bytes().decode()
+
+
+class FirstPayloadOnly(SilentConflicts):
+    """LINEAGE-3: the resolver reads what a freeze reads, the first payload of each call.
+
+    A call acked with two payloads looks like any other: a continuation resolves to it and
+    takes tokens the model may never have produced.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-3"
+    flags: ClassVar[tuple[str, ...]] = (
+        "--tokcap-fence=strict",
+        "--tokcap-lineage=zoo_lineage:FirstPayloadOnly",
+    )
+
+    def committed(self, rollout_id: str) -> list[TokenEntry]:
+        seen: dict[str, TokenEntry] = {}
+        for entry in super().committed(rollout_id):
+            seen.setdefault(entry.model_call_id, entry)
+        return list(seen.values())

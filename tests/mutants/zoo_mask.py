@@ -272,3 +272,29 @@ class SourceCachesByEntryCount(BaseStore):
             return copy.deepcopy(kept)
         self._kept[rollout_id] = copy.deepcopy(found)
         return found
+
+
+_FLAGS: dict[tuple[str, str], bool] = {}
+
+
+class ProcessCachedIncomplete(BaseStore):
+    """MASK-1: each rollout's incomplete flag is read once per process, then kept.
+
+    Marks are rare, so the consumer's process keeps the flag its first freeze read and
+    refreshes it only for marks made here: a mark a worker makes after that first freeze is
+    never seen by this process's sources, fresh ones included.
+    """
+
+    breaks: ClassVar[str] = "MASK-1"
+
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
+        super().apply_mark(rollout_id, state, call)
+        _FLAGS[(self.root, rollout_id)] = True
+
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
+        found = super().snapshot(rollout_id, state)
+        if _FLAGS.setdefault((self.root, rollout_id), found.incomplete) == found.incomplete:
+            return found
+        return TokenCaptureSnapshot(
+            found.rollout_id, found.entries, False, found.snapshot_id, found.version
+        )

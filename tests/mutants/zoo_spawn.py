@@ -5,14 +5,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import multiprocessing
 import os
+import struct
 from collections.abc import Iterator
 from typing import IO, ClassVar
 
 from base import BaseStore, RolloutFileState
 
 from tokcap_spec.protocols import installed_token_sink
+from tokcap_spec.records import TokenEntry
 
 
 class NeedsLauncherInstall(BaseStore):
@@ -194,3 +197,34 @@ class UnlockedWrites(BaseStore):
     @contextlib.contextmanager
     def locked(self, rollout_id: str) -> Iterator[None]:
         yield
+
+
+_EXACT: dict[str, str] = {}
+"""What this process wrote, exactly, by what it stored on disk."""
+
+
+class Float32OnDisk(BaseStore):
+    """SPAWN-3: log probs are stored as float32, and the writing process keeps the exact ones.
+
+    Halving the log probs' size on disk looked free: every freeze in the process that put the
+    entry finds the exact copy it kept. Entries other processes put come back rounded.
+    """
+
+    breaks: ClassVar[str] = "SPAWN-3"
+
+    def encode(self, entry: TokenEntry) -> str:
+        exact = super().encode(entry)
+        probs = [_float32(value) for value in entry.generation_log_probs]
+        stored = super().encode(entry.model_copy(update={"generation_log_probs": probs}))
+        _EXACT[stored] = exact
+        return stored
+
+    def decode(self, stored: str) -> TokenEntry:
+        return super().decode(_EXACT.get(stored, stored))
+
+
+def _float32(value: float) -> float:
+    try:
+        return float(struct.unpack("<f", struct.pack("<f", value))[0])
+    except OverflowError:
+        return math.copysign(math.inf, value)

@@ -551,3 +551,51 @@ class CallIdKeyReplaces(StagingBase):
             self.write(key, self.encode(key, record, attachments))
             return
         super().put_unlocked(key, record, attachments)
+
+
+class ExtrasCheckedAfterWrite(UncheckedReads):
+    """STAGE-4: the extras are checked against their digest only once the call is written.
+
+    The rest of the record is validated first (as a base snapshot, which leaves the extras
+    out); a record whose extras do not match is then refused, but its row stays, and the
+    correct call staged next under those ids is taken for an identical re-stage: its extras
+    read back as the refused call's.
+    """
+
+    breaks: ClassVar[str] = "STAGE-4"
+    flags: ClassVar[tuple[str, ...]] = ("--tokcap-capability=read-back",)
+
+    def admit(self, record: object) -> StagedCallRecord:
+        if not isinstance(record, StagedCallRecord):
+            raise Refused(f"not a staged call record: {type(record).__name__}")
+        fields = dict(vars(record))
+        try:
+            StagedCallBaseSnapshot.model_validate(
+                {k: v for k, v in fields.items() if k != "extras"}
+            )
+        except ValueError as exc:
+            raise Refused(f"invalid record: {exc}") from None
+        return StagedCallRecord.model_construct(**fields)
+
+    def put(self, key: str, record: StagedCallRecord, attachments: dict[str, Any]) -> None:
+        super().put(key, record, attachments)
+        try:
+            StagedCallRecord.model_validate(dict(vars(record)))
+        except ValueError as exc:
+            raise Refused(f"extras do not match their digest: {exc}") from None
+
+
+class MaskSignDropped(UncheckedReads):
+    """STAGE-9: masks are stored as 0 or 1, so a ``-0.0`` in the mask comes back ``0.0``.
+
+    A mask is a flag, after all; but the digest hashes its float32 bits, and the row no longer
+    carries the call that was staged.
+    """
+
+    breaks: ClassVar[str] = "STAGE-9"
+
+    def encode(self, key: str, record: StagedCallRecord, attachments: dict[str, Any]) -> bytes:
+        flags = [1.0 if value else 0.0 for value in record.token_mask_delta]
+        return super().encode(
+            key, record.model_copy(update={"token_mask_delta": flags}), attachments
+        )
