@@ -1189,8 +1189,9 @@ CLAUSES: tuple[Clause, ...] = (
             "nothing committed, a history whose earlier items were rewritten, shortened or had "
             "a tool result changed, two candidate calls with different tokens, a parent "
             "committed to another rollout, an entry stamped by another fingerprint version or "
-            "with no recorded context digest, and a call deleted with its rollout, even once the "
-            "rollout id and the call id are used again."
+            "with no recorded context digest, a call whose id was acked with two different "
+            "payloads, and a call deleted with its rollout, even once the rollout id and the call "
+            "id are used again."
         ),
         why=(
             "Unresolved only masks one rollout. A guessed parent splices tokens from another "

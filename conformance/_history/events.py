@@ -8,7 +8,7 @@ from typing import Literal
 
 __all__ = ["Event", "Kind", "Outcome", "Pair", "digest"]
 
-Kind = Literal["put", "mark", "begin", "freeze", "drop"]
+Kind = Literal["put", "mark", "begin", "freeze", "drop", "retire", "delete"]
 Outcome = Literal["ok", "fail", "unknown"]
 Pair = tuple[str, int]
 """A snapshot's ``(snapshot_id, version)``."""
@@ -66,6 +66,8 @@ class Event:
             what = f"begin_call{call}"
         elif self.kind == "drop":
             what = f"drop{self.pair}"
+        elif self.kind in ("retire", "delete"):
+            what = f"{self.kind}([rollout])"
         else:
             what = "freeze"
         if self.outcome == "fail":

@@ -16,6 +16,9 @@ observed outcome, or a :class:`Refusal` naming the clause no such state satisfie
 - A successful drop retires the rollout: puts raise (FENCE-2); freeze, mark and drop may
   raise; a freeze that answers shows no records (all of them under ``no-delete``) and shows
   any mark acked since (MASK-1); a second drop may answer either way.
+- ``retire`` (the batch extension) does what a successful drop does, whatever the state, and
+  again is a no-op; ``delete`` leaves a rollout nobody has written, whose calls, marks and
+  fence are gone (EXT-RETIRE-1 names what either breaks).
 """
 
 from __future__ import annotations
@@ -77,6 +80,12 @@ class ModelRollout:
     flag breaks MASK-1, MASK-3, MASK-6 or MASK-4."""
     seen_masked: bool = False
     """Whether a freeze already showed it incomplete: a clean freeze after that breaks MASK-2."""
+    retired: bool = False
+    """Whether ``retire``, not a drop, fenced it for good."""
+    forgotten: frozenset[str] = frozenset()
+    """Call ids a ``delete`` removed, which nothing put since: seen again, delete kept them."""
+    reborn: bool = False
+    """Whether a ``delete`` made it new: what a new rollout must not show is EXT-RETIRE-1's."""
 
     @property
     def current(self) -> bool:
@@ -114,6 +123,8 @@ def step(rules: Rules, state: ModelRollout, event: Event) -> Step:
         "begin": _begin,
         "freeze": _freeze,
         "drop": _drop,
+        "retire": _retire,
+        "delete": _delete,
     }
     handler = handlers[event.kind]
     if event.outcome != "unknown":
@@ -182,6 +193,8 @@ def _put(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step:
             return _ok(state, _masked(state, "conflict"))
         if state.fenced and (known is not None or rules.fence != "relaxed"):
             return _ok(state)
+        if state.reborn and not state.fenced:
+            return _refuse("EXT-RETIRE-1", "refused", "a put into a deleted rollout raised")
         return _refuse(
             "FENCE-1" if state.fenced else "SPAWN-4",
             "refused",
@@ -189,6 +202,8 @@ def _put(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step:
             + (" (relaxed fence required)" if state.fenced else " on an open rollout"),
         )
     if state.dropped:
+        if state.retired:
+            return _refuse("EXT-RETIRE-1", "lost-ack", "a put into a retired rollout was acked")
         return _refuse("FENCE-2", "lost-ack", "a put into a dropped rollout was acked")
     if known == event.digest:
         # Before freeze nobody can see a version move; after it, nothing may change (PUT-3).
@@ -206,6 +221,7 @@ def _put(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step:
             "put",
             entries=_with_entry(state, event.call_id, event.digest),
             intents=state.intents - {event.call_id},
+            forgotten=state.forgotten - {event.call_id},
         )
     )
 
@@ -214,6 +230,8 @@ def _mark(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step
     if outcome == "fail":
         if state.dropped:
             return _ok(state)
+        if state.reborn and not state.fenced:
+            return _refuse("EXT-RETIRE-1", "refused", "mark_incomplete raised after delete")
         return _refuse("MASK-6", "refused", "mark_incomplete raised on a live rollout")
     if state.fenced:
         return _ok(_masked(state, "late-mark"))
@@ -224,6 +242,8 @@ def _begin(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Ste
     if outcome == "fail":
         if state.dropped or state.fenced:
             return _ok(state)
+        if state.reborn:
+            return _refuse("EXT-RETIRE-1", "refused", "begin_call raised after delete")
         return _refuse("EXT-BEGIN-1", "refused", "begin_call raised on an open rollout")
     if state.payload(event.call_id) is not None:
         return _ok(state, _changed(state, "begin"))
@@ -236,6 +256,8 @@ def _freeze(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> St
         if state.dropped:
             return _ok(state)
         if state.epoch == 0:
+            if state.reborn:
+                return _refuse("EXT-RETIRE-1", "refused", "freeze raised on a deleted rollout")
             return _refuse("FREEZE-4", "refused", "freeze raised on a rollout never written")
         return _refuse("FREEZE-5", "refused", "freeze raised on a live rollout")
     if event.result is None:
@@ -286,6 +308,11 @@ def _content_refusal(state: ModelRollout, event: Event) -> Refusal | None:
         return Refusal("FREEZE-3", "duplicate", f"call {twice[0]!r} appears twice")
     seen, held = dict(event.entries), dict(state.entries)
     extra = sorted(set(seen) - set(held))
+    kept = sorted(set(extra) & state.forgotten)
+    if kept:
+        return Refusal("EXT-RETIRE-1", "phantom", f"call {kept[0]!r} is still there after delete")
+    if extra and state.retired:
+        return Refusal("EXT-RETIRE-1", "phantom", f"call {extra[0]!r} is still there after retire")
     if extra and state.dropped:
         return Refusal("DROP-5", "phantom", f"call {extra[0]!r} is still there after a drop")
     if extra:
@@ -306,6 +333,8 @@ def _content_refusal(state: ModelRollout, event: Event) -> Refusal | None:
             return Refusal(
                 "EXT-BEGIN-1", "lost-ack", "an intent with no entry, yet incomplete=False"
             )
+        if state.reborn and not state.masked_by:
+            return Refusal("EXT-RETIRE-1", "phantom", "a deleted rollout froze incomplete")
         if state.epoch == 0:
             return Refusal("FREEZE-4", "phantom", "a rollout never written froze incomplete")
         return Refusal("MASK-1", "phantom", "incomplete=True with no mark, conflict or intent")
@@ -343,3 +372,19 @@ def _drop(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step
         )
     kept = state if rules.keeps_records else replace(state, entries=(), incomplete=False)
     return _ok(_changed(kept, "drop", dropped=True, intents=frozenset()))
+
+
+def _retire(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step:
+    if outcome == "fail":
+        return _refuse("EXT-RETIRE-1", "refused", "retire raised; it works in any state")
+    if state.dropped:
+        return _ok(state)
+    kept = state if rules.keeps_records else replace(state, entries=(), incomplete=False)
+    return _ok(_changed(kept, "retire", dropped=True, retired=True, intents=frozenset()))
+
+
+def _delete(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step:
+    if outcome == "fail":
+        return _refuse("EXT-RETIRE-1", "refused", "delete raised; it works in any state")
+    gone = state.forgotten | {call for call, _ in state.entries}
+    return _ok(replace(init(), forgotten=gone, reborn=True))

@@ -42,6 +42,59 @@ FROZEN = (
 )
 
 
+class TestRetireAndDelete:
+    def test_retire_fences_for_good_and_again_is_a_no_op(self) -> None:
+        """After retire (twice) a put must raise, and a freeze shows no records."""
+        retired = (*FROZEN, event("retire"), event("retire"))
+        states, _ = run(Rules(), *retired)
+        assert states
+        assert all(state.retired and not state.entries for state in states)
+        _, refusal = run(Rules(), *retired, event("put", call_id="b", digest="db"))
+        assert (refusal.clause, refusal.anomaly) == ("EXT-RETIRE-1", "lost-ack")
+        shown = event("freeze", entries=(("a", "da"),), result=P1)
+        _, refusal = run(Rules(), *retired, shown)
+        assert (refusal.clause, refusal.anomaly) == ("EXT-RETIRE-1", "phantom")
+
+    def test_retire_keeps_records_under_no_delete(self) -> None:
+        shown = event("freeze", entries=(("a", "da"),), result=P1)
+        states, _ = run(Rules(keeps_records=True), *FROZEN, event("retire"), shown)
+        assert states
+
+    def test_delete_starts_the_id_again_from_nothing(self) -> None:
+        """After delete the id takes puts, marks and intents again, and freezes clean."""
+        again = (
+            *FROZEN,
+            event("mark"),
+            event("delete"),
+            event("put", call_id="a", digest="d2"),
+            event("freeze", entries=(("a", "d2"),), result=("snap-2", 1)),
+        )
+        states, refusal = run(Rules("strict"), *again)
+        assert states, refusal
+
+    @pytest.mark.parametrize(
+        "after",
+        [
+            event("freeze", entries=(("a", "da"),), result=("snap-2", 1)),
+            event("freeze", entries=(), incomplete=True, result=("snap-2", 1)),
+            event("put", "fail", call_id="b", digest="db"),
+            event("mark", "fail"),
+            event("begin", "fail", call_id="c"),
+        ],
+        ids=["records-kept", "mark-kept", "put-refused", "mark-refused", "intent-refused"],
+    )
+    def test_what_delete_leaves_behind_is_ext_retire_1s(self, after: Event) -> None:
+        marked = (*FROZEN, event("mark"), event("delete"), after)
+        states, refusal = run(Rules("strict"), *marked)
+        assert not states
+        assert refusal.clause == "EXT-RETIRE-1"
+
+    @pytest.mark.parametrize("kind", ["retire", "delete"])
+    def test_a_raise_is_ext_retire_1s(self, kind: Any) -> None:
+        _, refusal = run(Rules(), event(kind, "fail"))
+        assert refusal.clause == "EXT-RETIRE-1"
+
+
 class TestFences:
     @pytest.mark.parametrize("fence", ["any", "relaxed"])
     def test_relaxed_fence_accepts_a_late_put(self, fence: Any) -> None:
