@@ -78,8 +78,9 @@ def retire_and_delete(kit: Kit) -> None:
     sink, source = kit.sink(), kit.source()
     _require(source, "retire", "delete")
     frozen, written, unknown = (kit.rollout_id(label) for label in ("frozen", "written", "unknown"))
-    for rollout in (frozen, written):
-        step.put(kit, sink, kit.entries.entry(rollout))
+    put_before = {rollout: kit.entries.entry(rollout) for rollout in (frozen, written)}
+    for entry in put_before.values():
+        step.put(kit, sink, entry)
     step.freeze(kit, source, frozen)
     ids = [frozen, written, unknown]
     for attempt in ("first", "repeated"):
@@ -90,12 +91,15 @@ def retire_and_delete(kit: Kit) -> None:
                 observed=kit.redact(f"{type(error).__name__}: {error}"),
                 hint="retire works whatever the state, and repeating it is a no-op",
             )
-    for rollout in ids:
-        if step.raises(kit.sink().put, kit.entries.entry(rollout)) is None:
+    late = [(rollout, kit.entries.entry(rollout), "new call") for rollout in ids]
+    late += [(rollout, entry, "call it held") for rollout, entry in put_before.items()]
+    for rollout, entry, what in late:
+        if step.raises(kit.sink().put, entry) is None:
             kit.fail(
-                expected=f"a put into retired {rollout!r} to raise",
+                expected=f"a put of a {what} into retired {rollout!r} to raise",
                 observed="the put was acked",
-                hint="retire fences the rollout",
+                hint="retire fences the rollout: a re-put of a call it held is no retry to "
+                "acknowledge, since its record is gone",
             )
     if not kit.claims("no-delete"):
         for rollout in (frozen, written):

@@ -14,14 +14,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import hypothesis
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.errors import FlakyFailure
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
-    get_state_machine_test,
     multiple,
     precondition,
     rule,
@@ -33,8 +29,9 @@ from conformance._history.model import ModelRollout, Rules, init, step
 from conformance._history.record import Recorder
 from conformance._kit import Endpoint, Kit
 from conformance._profiles import budget
+from conformance._programs import run_programs
 from conformance._registry import check
-from conformance._violation import ClauseViolation, fail
+from conformance._violation import fail
 
 ROLLOUTS = st.integers(min_value=0, max_value=3)
 PICK = st.integers(min_value=0, max_value=2**16)
@@ -228,22 +225,5 @@ def model_based(kit: Kit) -> None:
     """Random programs of every operation over four look-alike rollouts follow the model."""
     plan = budget(kit.settings.profile)
     rules = Rules.judging(kit.fence, kit.settings.capabilities)
-    test = get_state_machine_test(  # type: ignore[no-untyped-call]
-        _program(kit, rules, plan.reopens),
-        settings=settings(
-            max_examples=plan.examples,
-            stateful_step_count=plan.steps,
-            database=None,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            print_blob=False,
-        ),
-    )
-    try:
-        hypothesis.seed(kit.settings.seed)(test)()
-    except FlakyFailure as flaky:
-        # A store whose failure does not replay (a race, a lag) still broke a clause.
-        found = [error for error in flaky.exceptions if isinstance(error, ClauseViolation)]
-        if not found:
-            raise
-        raise found[0] from None
+    machine = _program(kit, rules, plan.reopens)
+    run_programs(kit, machine, examples=plan.examples, steps=plan.steps)

@@ -100,6 +100,8 @@ class RetryAckedAfterDrop(BaseStore):
     """
 
     breaks: ClassVar[str] = "FENCE-2"
+    also: ClassVar[tuple[str, ...]] = ("EXT-RETIRE-1",)
+    """Retire lays the same tombstone, so a retired rollout acks the re-put of a call too."""
 
     def tombstone(self, state: RolloutFileState) -> None:
         remembered = dict(state.entries)
