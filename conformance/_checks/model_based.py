@@ -3,8 +3,7 @@
 Hypothesis writes programs over four rollouts whose ids differ only by case or by ``-``/``.``/
 ``_``: puts of new, identical and conflicting entries, marks, intents when the sink has
 ``begin_call``, freezes from the same or a fresh source, drops with the current, a stale or a
-foreign ``(snapshot_id, version)``, ``retire`` and ``delete`` where the source has them (the
-ids used again afterwards), and closing and reopening the endpoints. After every
+foreign ``(snapshot_id, version)``, and closing and reopening the endpoints. After every
 operation the sequential model of :mod:`conformance._history.model` must still explain what the
 store did. A failure names the clause broken and prints the shrunk program, which replays.
 """
@@ -172,18 +171,6 @@ def _program(kit: Kit, rules: Rules, reopens: int) -> type[RuleBasedStateMachine
             kit.run(self.recorder.drop(self.source.raw, rollout, (snapshot_id, version)))
             self._judge(f"drop(r{r}, snapshot of r{own}, {change})", self.recorder.events[-1])
 
-        @precondition(lambda self: self.source.has("retire"))
-        @rule(r=ROLLOUTS)
-        def retire(self, r: int) -> None:
-            event = kit.run(self.recorder.retire_id(self.source.raw, self.rollouts[r]))
-            self._judge(f"retire(r{r})", event)
-
-        @precondition(lambda self: self.source.has("delete") and not rules.keeps_records)
-        @rule(r=ROLLOUTS)
-        def delete(self, r: int) -> None:
-            event = kit.run(self.recorder.delete_id(self.source.raw, self.rollouts[r]))
-            self._judge(f"delete(r{r})", event)
-
         @precondition(lambda self: self.reopened < reopens)
         @rule()
         def close_and_reopen(self) -> None:
@@ -218,7 +205,6 @@ def _program(kit: Kit, rules: Rules, reopens: int) -> type[RuleBasedStateMachine
         "MASK-4",
         "MASK-5",
         "MASK-6",
-        "EXT-RETIRE-1",
     ),
 )
 def model_based(kit: Kit) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 from conformance import _steps as step
 from conformance._history.record import Action, Lane, LaneTargets, Workload
 from conformance._kit import Kit
-from conformance._reading import SnapshotView, entry_view
+from conformance._reading import SnapshotView, entry_view, read_snapshot
 from conformance._registry import basic, check
 from conformance._violation import NotClaimed
 from conformance._workers import Operation, WorkerOutcome, WorkerPlan, run_workers
@@ -95,13 +95,12 @@ def acks_visible_to_parent(kit: Kit) -> None:
     _require_processes(kit)
     # A rollout each: concurrent writers to one rollout are SPAWN-4's to judge.
     rollouts = [kit.rollout_id(f"w{n}") for n in range(2)]
-    # Plain entries and ones holding what a transport rounds or drops (64-bit floats, -0.0,
-    # extra fields): what comes back here must be what the worker put, to the last bit.
-    batches = [
-        [kit.entries.entry(rollout), kit.entries.hazardous(rollout), kit.entries.entry(rollout)]
-        for rollout in rollouts
-    ]
-    _expect_all_ok(kit, run_workers([_plan(kit, batch) for batch in batches]), "")
+    batches = [[kit.entries.entry(rollout) for _ in range(3)] for rollout in rollouts]
+    # And a rollout each of an entry holding what a transport rounds or drops (64-bit floats,
+    # -0.0, extra fields): what comes back here must be what the worker put, to the last bit.
+    hazards = [kit.entries.hazardous(kit.rollout_id(f"h{n}")) for n in range(2)]
+    plans = [_plan(kit, [*batch, hazard]) for batch, hazard in zip(batches, hazards, strict=True)]
+    _expect_all_ok(kit, run_workers(plans), "")
     source = kit.source()
     snapshots = [step.freeze(kit, source, rollout) for rollout in rollouts]
     expected = step.sent(entry for batch in batches for entry in batch)
@@ -114,12 +113,8 @@ def acks_visible_to_parent(kit: Kit) -> None:
             hint="records kept in process memory are invisible to other processes; store them "
             "where every process reads (or declare --tokcap-capability=process-local)",
         )
-    sent = {step.call_of(entry): entry for batch in batches for entry in batch}
-    torn = sorted(
-        call
-        for call in expected
-        if seen.get(call) != expected[call] and not _changed_here_too(kit, sent[call])
-    )
+    torn = sorted(call for call in expected if seen.get(call) != expected[call])
+    torn += [step.call_of(hazard) for hazard in hazards if not _kept_exactly(kit, hazard)]
     if torn:
         kit.fail(
             expected="each entry exactly as the worker put it",
@@ -130,15 +125,28 @@ def acks_visible_to_parent(kit: Kit) -> None:
         )
 
 
-def _changed_here_too(kit: Kit, entry: Any) -> bool:
-    """Whether the same entry, put and frozen in this process, also comes back changed: then
-    what changed it is the round trip itself (PUT-2), not the other process."""
+def _round_trip(kit: Kit, rollout: str, entry: Any) -> bool:
+    """Whether a freeze here of ``rollout`` answers ``entry`` exactly, and nothing else."""
+    try:
+        view = read_snapshot(kit.run(kit.source().raw.freeze(rollout)))
+    except Exception:
+        return False
+    return step.payloads(view) == step.sent([entry])
+
+
+def _kept_exactly(kit: Kit, entry: Any) -> bool:
+    """Whether the worker's ``entry`` freezes here exactly, or the same entry put and frozen in
+    this process comes back changed too: then the round trip itself changes it (PUT-2's)."""
+    if _round_trip(kit, entry_view(entry).rollout_id, entry):
+        return True
     fields = dict(entry_view(entry).fields)
     fields["rollout_id"] = kit.rollout_id("twin")
     twin = kit.entries.build(**fields)
-    step.put(kit, kit.sink(), twin)
-    view = step.freeze(kit, kit.source(), fields["rollout_id"])
-    return step.payloads(view) != step.sent([twin])
+    try:
+        kit.run(kit.sink().raw.put(twin))
+    except Exception:
+        return True
+    return not _round_trip(kit, fields["rollout_id"], twin)
 
 
 @check("SPAWN-3", "writers-still-running")
@@ -214,15 +222,12 @@ def basic_spawned(kit: Kit) -> None:
     marked = kit.rollout_id("spawned-mark")
     entry = kit.entries.entry(rollout)
     masked = kit.entries.entry(marked)
-    # This process reads the rollout before the worker marks it: a flag kept per process from
-    # that first freeze must still give way to the mark.
-    step.put(kit, kit.sink(), masked, clause="PUT-1")
-    step.freeze(kit, kit.source(), marked, clause="FREEZE-1")
     plan = WorkerPlan(
         settings.sink,
         dict(settings.sink_kwargs),
         (
             Operation("put", entry_view(entry).payload),
+            Operation("put", entry_view(masked).payload),
             Operation("mark", rollout_id=marked, model_call_id=step.call_of(masked)),
         ),
         entry_class=settings.entry_class,
@@ -283,4 +288,35 @@ def basic_spawned(kit: Kit) -> None:
         "an ack must mean the record is where every process reads it now, not once the "
         "writer flushes or closes",
         clause="SPAWN-3",
+    )
+    _marked_after_freeze_here(kit)
+
+
+def _marked_after_freeze_here(kit: Kit) -> None:
+    """MASK-1: a rollout this process froze, then a worker marked, freezes incomplete here: a
+    flag kept per process from that first freeze must give way to the mark."""
+    settings = kit.settings
+    rollout = kit.rollout_id("spawned-read-here")
+    entry = kit.entries.entry(rollout)
+    step.put(kit, kit.sink(), entry, clause="PUT-1")
+    step.freeze(kit, kit.source(), rollout, clause="FREEZE-1")
+    mark = Operation("mark", rollout_id=rollout, model_call_id=step.call_of(entry))
+    plan = WorkerPlan(
+        settings.sink, dict(settings.sink_kwargs), (mark,), entry_class=settings.entry_class
+    )
+    (outcome,) = run_workers([plan], together=False)
+    step.expect(
+        kit,
+        outcome.stage == "ok",
+        "a sink built in a spawned worker to ack a mark",
+        kit.redact(f"{outcome.stage}: {outcome.error}"),
+        "build from the target string and kwargs alone",
+        clause="SPAWN-1",
+    )
+    step.expect_masked(
+        kit,
+        rollout,
+        "a worker's mark of a rollout this process froze before visible here",
+        "read marks on every freeze: never keep a rollout's flag from an earlier one",
+        clause="MASK-1",
     )

@@ -89,10 +89,14 @@ class TestRetireAndDelete:
         assert not states
         assert refusal.clause == "EXT-RETIRE-1"
 
-    @pytest.mark.parametrize("kind", ["retire", "delete"])
-    def test_a_raise_is_ext_retire_1s(self, kind: Any) -> None:
-        _, refusal = run(Rules(), event(kind, "fail"))
+    def test_a_raising_retire_is_ext_retire_1s(self) -> None:
+        _, refusal = run(Rules(), event("retire", "fail"))
         assert refusal.clause == "EXT-RETIRE-1"
+
+    def test_a_raising_delete_changes_nothing(self) -> None:
+        states, _ = run(Rules(), *FROZEN, event("delete", "fail"))
+        assert states
+        assert all(state.entries == (("a", "da"),) for state in states)
 
 
 class TestFences:
