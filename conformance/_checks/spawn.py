@@ -232,15 +232,7 @@ def basic_spawned(kit: Kit) -> None:
         ),
         entry_class=settings.entry_class,
     )
-    (outcome,) = run_workers([plan], together=False)
-    step.expect(
-        kit,
-        outcome.stage == "ok",
-        "a sink built in a spawned worker to ack a put",
-        kit.redact(f"{outcome.stage}: {outcome.error}"),
-        "build from the target string and kwargs alone",
-        clause="SPAWN-1",
-    )
+    _one_worker_acks(kit, plan, "a put")
     pair = run_workers(
         [
             WorkerPlan(
@@ -292,6 +284,20 @@ def basic_spawned(kit: Kit) -> None:
     _marked_after_freeze_here(kit)
 
 
+def _one_worker_acks(kit: Kit, plan: WorkerPlan, what: str) -> None:
+    """SPAWN-1: one spawned worker builds its sink from the target and kwargs and acks."""
+    __tracebackhide__ = True
+    (outcome,) = run_workers([plan], together=False)
+    step.expect(
+        kit,
+        outcome.stage == "ok",
+        f"a sink built in a spawned worker to ack {what}",
+        kit.redact(f"{outcome.stage}: {outcome.error}"),
+        "build from the target string and kwargs alone",
+        clause="SPAWN-1",
+    )
+
+
 def _marked_after_freeze_here(kit: Kit) -> None:
     """MASK-1: a rollout this process froze, then a worker marked, freezes incomplete here: a
     flag kept per process from that first freeze must give way to the mark."""
@@ -304,15 +310,7 @@ def _marked_after_freeze_here(kit: Kit) -> None:
     plan = WorkerPlan(
         settings.sink, dict(settings.sink_kwargs), (mark,), entry_class=settings.entry_class
     )
-    (outcome,) = run_workers([plan], together=False)
-    step.expect(
-        kit,
-        outcome.stage == "ok",
-        "a sink built in a spawned worker to ack a mark",
-        kit.redact(f"{outcome.stage}: {outcome.error}"),
-        "build from the target string and kwargs alone",
-        clause="SPAWN-1",
-    )
+    _one_worker_acks(kit, plan, "a mark")
     step.expect_masked(
         kit,
         rollout,
