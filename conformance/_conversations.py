@@ -28,6 +28,7 @@ __all__ = [
     "Conversation",
     "captured",
     "captured_delta",
+    "no_room_for_the_stamp",
     "process_shared",
     "read_answer",
     "resolve",
@@ -198,12 +199,17 @@ def captured(
             rollout_id, call_id, prompt_len=size, generation_len=size, **fields
         )
     except (TypeError, ValueError) as exc:
-        raise ExtensionMissing(
-            f"the entry class {kit.settings.entry_class} cannot carry the lineage stamp "
-            f"({type(exc).__name__}); judge lineage with a record class that keeps extra "
-            "fields, such as tokcap_spec.records:TokenEntry or NeMo Gym's TokenEntry"
-        ) from None
+        raise no_room_for_the_stamp(kit, exc) from None
     return Call(entry, request, answer)
+
+
+def no_room_for_the_stamp(kit: Kit, exc: Exception) -> ExtensionMissing:
+    """Why LINEAGE is not judged: the run's entry class refused the lineage stamp."""
+    return ExtensionMissing(
+        f"the entry class {kit.settings.entry_class} cannot carry the lineage stamp "
+        f"({type(exc).__name__}); judge lineage with a record class that keeps extra "
+        "fields, such as tokcap_spec.records:TokenEntry or NeMo Gym's TokenEntry"
+    )
 
 
 def captured_delta(kit: Kit, parent: Call, request: Items, answer: Items) -> Call:

@@ -19,7 +19,14 @@ from typing import Any, NoReturn
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from conformance._conversations import DIALECTS, TOOL_ONLY, Answer, Conversation, read_answer
+from conformance._conversations import (
+    DIALECTS,
+    TOOL_ONLY,
+    Answer,
+    Conversation,
+    no_room_for_the_stamp,
+    read_answer,
+)
 from conformance._entries import EntryFactory
 from conformance._kit import Endpoint, Kit
 from conformance._profiles import budget
@@ -76,7 +83,10 @@ def _program(kit: Kit) -> type[RuleBasedStateMachine]:
             answer = dialect.answer(f"Answer {self.count}.", f"t{self.count}")
             stamp = {"output_items": answer, **continuation_stamp(request, answer)}
             factory = EntryFactory(rng, kit.entries.build)
-            entry = factory.entry(rollout, call_id, prompt_len=4, generation_len=3, **stamp)
+            try:
+                entry = factory.entry(rollout, call_id, prompt_len=4, generation_len=3, **stamp)
+            except (TypeError, ValueError) as exc:
+                raise no_room_for_the_stamp(kit, exc) from None
             return _Call(dialect, request, answer, entry)
 
         def _done(self, line: str, method: Any, *arguments: Any) -> bool:
