@@ -38,6 +38,10 @@ ODD_CALL_IDS = (
 )
 """``model_call_id`` strings a transport must keep exactly (PUT-6, EXT-BEGIN-1)."""
 
+PATH_LIKE_CALL_IDS = (".hidden", ".", "..", "-dash", "~tilde", "*", "?", "[x]", "$HOME", "CON")
+"""``model_call_id`` strings that mean something to a shell glob or a file system: a store
+keeping an entry per file must still find them all (a listing that skips dot files, say)."""
+
 LOOKALIKE_CALL_IDS = (
     "a/b",
     "a_b",

@@ -483,7 +483,10 @@ CLAUSES: tuple[Clause, ...] = (
             "loop stands still, by a source built after the put and by one built before it (a "
             "consumer's long-lived source); plain and 4,096-token entries, and long-context "
             "ones (65,536 prompt and 16,384 generated tokens) whose write outlasts a small one; "
-            "many attempts, in the check and in the basic every failing check consults."
+            "many attempts, in the check and in the basic every failing check consults; and a "
+            "freeze by a source a spawned worker builds while the sink here stays open, and "
+            "one here while a spawned writer still runs (records that reach other processes "
+            "only once their writer flushes or closes)."
         ),
         checked_by=KIT,
     ),
@@ -754,7 +757,8 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "A new call put after a fresh source froze, from the long-lived sink that wrote "
             "before the freeze (whatever it remembers of the rollout being open is stale) and "
-            "from a fresh sink, then the old snapshot dropped; `--tokcap-fence=strict` requires "
+            "from a fresh sink and from a sink a spawned worker builds (a fence kept in one "
+            "process's memory), then the old snapshot dropped; `--tokcap-fence=strict` requires "
             "the refusal."
         ),
         checked_by=KIT,
@@ -792,13 +796,14 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         how_broken=(
             "Comparing with a snapshot cached only by the instance that froze; versions that "
-            "come back from storage as another type and compare unequal."
+            "come back from storage as another type and compare unequal; retiring only "
+            "rollouts that are clean, so masked ones pile up."
         ),
         hazards=(
             "The exact pair handed over as equal copies (never the objects a freeze returned, "
-            "as a consumer reads them back from a queue), from a fresh source; after hundreds "
-            "of state changes, so versions are past the small ints an identity comparison gets "
-            "right."
+            "as a consumer reads them back from a queue), from a fresh source; of a rollout "
+            "frozen empty and of one marked incomplete; after hundreds of state changes, so "
+            "versions are past the small ints an identity comparison gets right."
         ),
         checked_by=KIT,
     ),
@@ -994,7 +999,7 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         hazards=(
             "A masked rollout frozen from the same and a fresh source, then dropped with its "
-            "exact pair."
+            "exact pair (a drop that answers False there is DROP-1's)."
         ),
         checked_by=KIT,
     ),

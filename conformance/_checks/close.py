@@ -11,15 +11,28 @@ _DURABLE_BEFORE_CLOSE = "every ack must already be durable when close runs"
 
 @check("CLOSE-1", "idempotent")
 def idempotent(kit: Kit) -> None:
-    """Closing a sink and a source twice raises nothing."""
-    for endpoint in (kit.sink(), kit.source()):
+    """Closing a sink and a source twice raises nothing, unused and after every operation."""
+    rollout = kit.rollout_id("used")
+    used_sink, used_source = kit.sink(), kit.source()
+    entry = kit.entries.entry(rollout)
+    step.put(kit, used_sink, entry)
+    step.mark(kit, used_sink, rollout, step.call_of(entry))
+    view = step.freeze(kit, used_source, rollout)
+    step.drop(kit, used_source, rollout, view.snapshot_id, view.version)
+    for endpoint, state in (
+        (kit.sink(), "unused"),
+        (kit.source(), "unused"),
+        (used_sink, "after put and mark"),
+        (used_source, "after freeze and drop"),
+    ):
         for attempt in ("first", "second"):
             error = step.raises(endpoint.close)
             if error is not None:
                 kit.fail(
-                    expected=f"the {attempt} {endpoint.role}.close() to succeed",
+                    expected=f"the {attempt} {endpoint.role}.close() {state} to succeed",
                     observed=kit.redact(f"{type(error).__name__}: {error}"),
-                    hint="make close() a no-op once closed",
+                    hint="make close() a no-op once closed: forget every handle, descriptor "
+                    "and connection the first close released",
                 )
 
 

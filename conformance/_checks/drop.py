@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conformance import _steps as step
+from conformance._entries import PATH_LIKE_CALL_IDS
 from conformance._kit import Endpoint, Kit
 from conformance._reading import SnapshotView, read_snapshot
 from conformance._registry import basic, check
@@ -39,9 +40,13 @@ def _expect_refused(
 @check("DROP-1", "exact-snapshot")
 def exact_snapshot(kit: Kit) -> None:
     """Drop with the exact snapshot_id and version of the frozen state returns True, for a
-    rollout with entries and for one frozen empty, from a fresh source."""
+    rollout with entries, for one frozen empty and for one marked incomplete, from a fresh
+    source."""
     _, rollout, snapshot = _frozen(kit)
-    empty = kit.rollout_id("empty")
+    empty, masked = kit.rollout_id("empty"), kit.rollout_id("masked")
+    entry = kit.entries.entry(masked)
+    step.put(kit, kit.sink(), entry)
+    step.mark(kit, kit.sink(), masked, step.call_of(entry))
     for label, target, frozen in (
         ("the exact current snapshot", rollout, snapshot),
         (
@@ -49,13 +54,18 @@ def exact_snapshot(kit: Kit) -> None:
             empty,
             step.freeze(kit, kit.source(), empty),
         ),
+        (
+            "the exact snapshot of a rollout marked incomplete",
+            masked,
+            step.freeze(kit, kit.source(), masked),
+        ),
     ):
         if not step.drop(kit, kit.source(), target, frozen.snapshot_id, frozen.version):
             kit.fail(
                 expected=f"True for {label}",
                 observed=f"False for {step.describe(frozen)}",
-                hint=_COMPARE_STORED + "; a freeze of a rollout nobody wrote still names a "
-                "state a consumer can retire",
+                hint=_COMPARE_STORED + "; a freeze of a rollout nobody wrote, or of one marked "
+                "incomplete, still names a state a consumer can retire",
             )
 
 
@@ -228,6 +238,28 @@ def mark_after_freeze(kit: Kit) -> None:
         )
 
 
+@check("DROP-4", "late-put-after-freeze")
+def late_put_after_freeze(kit: Kit) -> None:
+    """A new call accepted after freeze (a relaxed fence) makes the old snapshot's drop return
+    False, before any new freeze and whichever sink put it."""
+    sink, source = kit.sink(), kit.source()
+    for late_sink in (sink, None):
+        rollout = kit.rollout_id("late")
+        step.put(kit, sink, kit.entries.entry(rollout))
+        before = step.freeze(kit, source, rollout)
+        if step.raises((late_sink or kit.sink()).put, kit.entries.entry(rollout)) is not None:
+            continue  # a strict fence: nothing changed
+        if step.drop(kit, source, rollout, before.snapshot_id, before.version):
+            moved = step.late_put_moves_version(kit, sink, late_sink, source)
+            kit.fail(
+                expected="drop of the snapshot taken before an accepted late put to return False",
+                observed="True" + (" (the late put did move the version)" if moved else ""),
+                hint="compare the stored current version, not the snapshot the last freeze "
+                "recorded: an accepted write after freeze is a state change",
+                clause=None if moved else "FENCE-1",
+            )
+
+
 @check("DROP-4", "conflict-after-freeze")
 def conflict_after_freeze(kit: Kit) -> None:
     """A conflicting re-put after freeze that changes the rollout's state retires nothing old."""
@@ -254,8 +286,21 @@ def conflict_after_freeze(kit: Kit) -> None:
 
 @check("DROP-5", "delete-semantics")
 def delete_semantics(kit: Kit) -> None:
-    """After a successful drop the records are gone, unless the target declares no-delete."""
+    """After a successful drop the records are gone, unless the target declares no-delete;
+    also those of calls whose ids mean something to a file system or a glob."""
     source, rollout, snapshot = _frozen(kit)
+    _expect_gone(kit, source, rollout, snapshot)
+    sink, rollout = kit.sink(), kit.rollout_id("path-like")
+    # A refused put is PUT-6's to judge; the acked ones must go with the drop.
+    entries = [kit.entries.entry(rollout, call) for call in PATH_LIKE_CALL_IDS]
+    refusals = [step.raises(sink.put, entry) for entry in entries]
+    if not all(refusals):
+        _expect_gone(kit, source, rollout, step.freeze(kit, source, rollout))
+
+
+def _expect_gone(kit: Kit, source: Endpoint, rollout: str, snapshot: SnapshotView) -> None:
+    """Drop ``snapshot``; its records must be gone after, or kept under ``no-delete``."""
+    __tracebackhide__ = True
     if not step.drop(kit, source, rollout, snapshot.snapshot_id, snapshot.version):
         kit.fail(expected="True for the exact snapshot", observed="False", hint="see DROP-1")
     try:
@@ -358,14 +403,18 @@ def _late_put_after_freeze(
         "refuse writes to a frozen rollout",
         clause="FENCE-1",
     )
-    step.expect(
-        kit,
-        not step.drop(kit, source, late, before.snapshot_id, before.version, clause="FENCE-1"),
-        "drop of the snapshot taken before an accepted late put to return False",
-        "True",
-        "an accepted write after freeze is a state change: the old snapshot no longer drops",
-        clause="FENCE-1",
-    )
+    if step.drop(kit, source, late, before.snapshot_id, before.version, clause="FENCE-1"):
+        # A late put that moved the version (seen on a rollout of its own) did the fence's
+        # part: the old snapshot still dropping is then the drop's fault.
+        moved = step.late_put_moves_version(kit, sink, writer, source, clause="FENCE-1")
+        step.expect(
+            kit,
+            False,
+            "drop of the snapshot taken before an accepted late put to return False",
+            "True" + (" (the late put did move the version)" if moved else ""),
+            "an accepted write after freeze is a state change: the old snapshot no longer drops",
+            clause="DROP-4" if moved else "FENCE-1",
+        )
     after = step.freeze(kit, kit.source(), late, clause="FENCE-1")
     step.expect(
         kit,

@@ -296,7 +296,8 @@ def _chain(kit: Kit, resolver: Endpoint, sink: Endpoint, dialect: Conversation) 
 
 @check("LINEAGE-3", "never-guesses")
 def never_guesses(kit: Kit) -> None:
-    """Without one proven parent the answer is unresolved: rewritten, ambiguous, elsewhere."""
+    """Without one proven parent the answer is unresolved: rewritten (after the genuine
+    request was resolved), ambiguous, elsewhere."""
     resolver, sink = kit.lineage(), kit.sink()
     cases: list[tuple[str, str, Items]] = []
 
@@ -310,6 +311,9 @@ def never_guesses(kit: Kit) -> None:
     second = captured(kit, rollout, _next_request(parent, CHAT), CHAT.answer("Sunny.", "t2"))
     for call in (parent, second):
         step.put(kit, sink, call.entry)
+        # The genuine requests first: a resolver that keeps what it verified must not take a
+        # rewritten history of the same length for one it checked.
+        _warm(kit, resolver, rollout, _continues(call))
     system, *rest = _continues(parent)
     rewritten = [{**system, "content": "Be long."}, *rest]
     case("a history whose system prompt was rewritten", rollout, rewritten)

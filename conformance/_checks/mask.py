@@ -93,7 +93,7 @@ def other_process(kit: Kit) -> None:
 
 @check("MASK-2", "sticky")
 def sticky(kit: Kit) -> None:
-    """No later put, freeze or re-mark clears incomplete."""
+    """No later put (the marked call's own included), freeze or re-mark clears incomplete."""
     sink = kit.sink()
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
@@ -110,6 +110,17 @@ def sticky(kit: Kit) -> None:
         "after freeze and re-mark",
         "never clear the incomplete flag on freeze or re-mark",
     )
+    # A call marked as failed whose entry arrives after all (a retry that got through): the
+    # flag is the rollout's, not the call's.
+    for rollout, before in ((kit.rollout_id("retried"), False), (kit.rollout_id("later"), True)):
+        late = kit.entries.entry(rollout)
+        if before:
+            step.put(kit, sink, kit.entries.entry(rollout))
+        step.mark(kit, sink, rollout, step.call_of(late))
+        step.raises(sink.put, late)
+        _expect_incomplete(
+            kit, rollout, "after the marked call's own entry was put", _STICKY_ON_PUT
+        )
 
 
 @check("MASK-3", "after-freeze")
@@ -151,7 +162,8 @@ def after_freeze(kit: Kit) -> None:
 
 @check("MASK-4", "conflict-masks")
 def conflict_masks(kit: Kit) -> None:
-    """A conflicting re-put that does not raise leaves the rollout incomplete."""
+    """A conflicting re-put that does not raise leaves the rollout incomplete, whichever one
+    field it changes (a difference the store cannot keep at all is PUT-2's)."""
     sink = kit.sink()
     rollout = kit.rollout_id()
     entry = kit.entries.entry(rollout)
@@ -163,6 +175,17 @@ def conflict_masks(kit: Kit) -> None:
             "after an unrefused conflicting re-put",
             "mark the rollout incomplete when a call id comes back changed",
         )
+    for what, first, second in kit.entries.field_variants(kit.rollout_id):
+        rollout = entry_view(first).rollout_id
+        step.put(kit, sink, first)
+        if step.raises(sink.put, second) is None and step.round_trips(kit, first, second):
+            _expect_incomplete(
+                kit,
+                rollout,
+                f"after an unrefused re-put differing only in {what}",
+                "compare the whole payload (every field, floats bit for bit, extra fields) and "
+                "mark the rollout incomplete when a call id comes back changed",
+            )
 
 
 @check("MASK-5", "keeps-evidence")
@@ -196,6 +219,7 @@ def keeps_evidence(kit: Kit) -> None:
             expected="the masked snapshot to drop with its exact id and version",
             observed="False",
             hint=_MASKED_RETIRES,
+            clause="DROP-1",
         )
 
 
@@ -341,11 +365,11 @@ def basic_masking(kit: Kit) -> None:
         )
     step.expect(
         kit,
-        step.drop(kit, source, rollout, again.snapshot_id, again.version, clause="MASK-5"),
+        step.drop(kit, source, rollout, again.snapshot_id, again.version, clause="DROP-1"),
         "a masked snapshot to drop with its exact id and version",
         "False",
         _MASKED_RETIRES,
-        clause="MASK-5",
+        clause="DROP-1",
     )
     later = kit.rollout_id("mask-late")
     first_entry = kit.entries.entry(later)

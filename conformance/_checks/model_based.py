@@ -6,6 +6,10 @@ Hypothesis writes programs over four rollouts whose ids differ only by case or b
 foreign ``(snapshot_id, version)``, and closing and reopening the endpoints. After every
 operation the sequential model of :mod:`conformance._history.model` must still explain what the
 store did. A failure names the clause broken and prints the shrunk program, which replays.
+
+Where the source offers ``retire`` or ``delete``, a second set of programs adds them, the ids
+used again afterwards. They run apart so that the programs without them keep their short
+shrunk forms.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from conformance._kit import Endpoint, Kit
 from conformance._profiles import budget
 from conformance._programs import run_programs
 from conformance._registry import check
-from conformance._violation import fail
+from conformance._violation import ExtensionMissing, fail
 
 ROLLOUTS = st.integers(min_value=0, max_value=3)
 PICK = st.integers(min_value=0, max_value=2**16)
@@ -184,32 +188,62 @@ def _program(kit: Kit, rules: Rules, reopens: int) -> type[RuleBasedStateMachine
     return Program
 
 
-@check(
-    None,
-    "model-based",
-    covers=(
-        "PUT-3",
-        "PUT-4",
-        "PUT-5",
-        "FREEZE-2",
-        "FREEZE-3",
-        "FREEZE-4",
-        "FENCE-1",
-        "FENCE-2",
-        "DROP-1",
-        "DROP-2",
-        "DROP-3",
-        "DROP-4",
-        "MASK-2",
-        "MASK-3",
-        "MASK-4",
-        "MASK-5",
-        "MASK-6",
-    ),
+def _ending_program(kit: Kit, rules: Rules, reopens: int) -> type[RuleBasedStateMachine]:
+    """Return :func:`_program`'s machine with ``retire`` and ``delete`` steps added."""
+
+    class EndingProgram(_program(kit, rules, reopens)):  # type: ignore[misc]
+        @precondition(lambda self: self.source.has("retire"))
+        @rule(r=ROLLOUTS)
+        def retire(self, r: int) -> None:
+            event = kit.run(self.recorder.retire_id(self.source.raw, self.rollouts[r]))
+            self._judge(f"retire(r{r})", event)
+
+        @precondition(lambda self: self.source.has("delete") and not rules.keeps_records)
+        @rule(r=ROLLOUTS)
+        def delete(self, r: int) -> None:
+            event = kit.run(self.recorder.delete_id(self.source.raw, self.rollouts[r]))
+            self._judge(f"delete(r{r})", event)
+
+    return EndingProgram
+
+
+_JUDGED = (
+    "PUT-3",
+    "PUT-4",
+    "PUT-5",
+    "FREEZE-2",
+    "FREEZE-3",
+    "FREEZE-4",
+    "FENCE-1",
+    "FENCE-2",
+    "DROP-1",
+    "DROP-2",
+    "DROP-3",
+    "DROP-4",
+    "MASK-2",
+    "MASK-3",
+    "MASK-4",
+    "MASK-5",
+    "MASK-6",
 )
+
+
+@check(None, "model-based", covers=_JUDGED)
 def model_based(kit: Kit) -> None:
     """Random programs of every operation over four look-alike rollouts follow the model."""
     plan = budget(kit.settings.profile)
     rules = Rules.judging(kit.fence, kit.settings.capabilities)
     machine = _program(kit, rules, plan.reopens)
+    run_programs(kit, machine, examples=plan.examples, steps=plan.steps)
+
+
+@check(None, "model-based-endings", covers=(*_JUDGED, "EXT-RETIRE-1"))
+def model_based_endings(kit: Kit) -> None:
+    """The same programs with ``retire`` and ``delete`` among their steps follow the model."""
+    source = kit.source()
+    if not (source.has("retire") or source.has("delete")):
+        raise ExtensionMissing("extension not implemented: retire, delete")
+    plan = budget(kit.settings.profile)
+    rules = Rules.judging(kit.fence, kit.settings.capabilities)
+    machine = _ending_program(kit, rules, plan.reopens)
     run_programs(kit, machine, examples=plan.examples, steps=plan.steps)

@@ -14,7 +14,6 @@ from conformance._entries import LOOKALIKE_CALL_IDS, ODD_CALL_IDS
 from conformance._kit import Endpoint, Kit
 from conformance._reading import SnapshotView, Unreadable, entry_view, record_fields
 from conformance._registry import basic, check
-from conformance._violation import ClauseViolation
 from conformance.strategies import model_call_ids, token_entry_fields
 
 
@@ -83,7 +82,8 @@ def _attempt_plan(attempt: int) -> tuple[int | None, int | None, bool]:
 
 @check("PUT-1", "durable-on-return")
 def durable_on_return(kit: Kit) -> None:
-    """Once put returns, a fresh source's freeze contains the entry, before any close."""
+    """Once put returns, a fresh source's freeze contains the entry, before any close, here
+    and in a spawned worker."""
     sink = kit.sink()
     for attempt in range(_ATTEMPTS):
         rollout = kit.rollout_id()
@@ -106,6 +106,18 @@ def durable_on_return(kit: Kit) -> None:
             hint="put must not return before the record is durable and visible; a background "
             "commit, a group commit or buffering until close() acks too early",
         )
+    if kit.claims("process-local"):
+        return
+    rollout = kit.rollout_id("any-process")
+    entry = kit.entries.entry(rollout)
+    step.put(kit, sink, entry)
+    step.expect_in_spawned_worker(
+        kit,
+        rollout,
+        step.call_of(entry),
+        hint="put must not return before the record is where every process reads it: a "
+        "buffer this process writes out later, or a cache only it reads, acks too early",
+    )
 
 
 @check("PUT-2", "exact-round-trip")
@@ -204,7 +216,7 @@ def _identical_built_differently(kit: Kit) -> None:
     re-put is a no-op, before and after freeze."""
     for _ in range(2):
         entry = kit.entries.hazardous(kit.rollout_id("order"), prompt_len=8, generation_len=4)
-        if not _round_trips(kit, entry):
+        if not step.round_trips(kit, entry):
             continue
         rollout = entry_view(entry).rollout_id
         fields = record_fields(entry)
@@ -263,7 +275,7 @@ def _identical_hazards(kit: Kit) -> None:
     """
     for _ in range(3):
         entry = kit.entries.hazardous(kit.rollout_id("hazard"), prompt_len=32, generation_len=8)
-        if not _round_trips(kit, entry):
+        if not step.round_trips(kit, entry):
             continue
         rollout = entry_view(entry).rollout_id
         copy = kit.entries.build(**record_fields(entry))
@@ -293,7 +305,7 @@ def conflicting_reput(kit: Kit) -> None:
         step.put(kit, sink, first)
         error = step.raises((sink if number % 2 == 0 else kit.sink_for(rollout)).put, second)
         snapshot = step.freeze(kit, kit.source_for(rollout), rollout)
-        if error is not None or snapshot.incomplete or not _round_trips(kit, first, second):
+        if error is not None or snapshot.incomplete or not step.round_trips(kit, first, second):
             continue
         kept = step.payloads(snapshot).get(step.call_of(first))
         keeping = (
@@ -307,30 +319,6 @@ def conflicting_reput(kit: Kit) -> None:
             "extra fields), not only the tokens; a reused model_call_id with another payload "
             "is lost evidence",
         )
-
-
-def _in(entry: Any, rollout: str) -> dict[str, Any]:
-    fields = record_fields(entry)
-    fields["rollout_id"] = rollout
-    return fields
-
-
-def _round_trips(kit: Kit, *entries: Any) -> bool:
-    """Whether each entry, put alone into a rollout of its own, freezes back exactly.
-
-    A put or freeze that fails on it is a no as well: that is PUT-2's to judge.
-    """
-    for entry in entries:
-        alone = kit.entries.build(**_in(entry, kit.rollout_id("alone")))
-        rollout = entry_view(alone).rollout_id
-        try:
-            step.put(kit, kit.sink_for(rollout), alone)
-            frozen = step.freeze(kit, kit.source_for(rollout), rollout)
-        except ClauseViolation:
-            return False
-        if step.payloads(frozen) != step.sent([alone]):
-            return False
-    return True
 
 
 @check("PUT-5", "rollout-isolation")

@@ -153,7 +153,8 @@ def fresh_source_here(kit: Kit) -> None:
     """A source built after the stages returned, in this process, fetches every row."""
     sink = kit.staging_sink()
     staged = [
-        (steps.stage_ok(kit, sink, record, extra), record) for record, extra in _varied(_calls(kit))
+        (steps.stage_ok_taking(kit, sink, record, extra)[0], record)
+        for record, extra in _varied(_calls(kit))
     ]
     _expect_fetched(kit, kit.staging_source(), staged, "a source built afterwards fetched")
 
@@ -164,7 +165,8 @@ def fresh_source_elsewhere(kit: Kit) -> None:
     _elsewhere(kit)
     sink = kit.staging_sink()
     staged = [
-        (steps.stage_ok(kit, sink, record, extra), record) for record, extra in _varied(_calls(kit))
+        (steps.stage_ok_taking(kit, sink, record, extra)[0], record)
+        for record, extra in _varied(_calls(kit))
     ]
     answer = fetch_elsewhere(kit, [key for key, _ in staged])
     if answer.error:
@@ -267,20 +269,29 @@ def _expect_extras_after_refusal(
 @check("STAGE-4", "odd-attachments")
 def odd_attachments(kit: Kit) -> None:
     """Attachments the sink may not take are answered, never raised on; a refusal leaves the
-    ids free."""
+    ids free: another call with the same ids is then ok and is the call fetched."""
     calls = _calls(kit)
     sink, source = kit.staging_sink(), kit.staging_source()
     for what, attachments in (
         ("a list", ["not", "a", "mapping"]),
         ("a mapping keyed by ints", {1: b"x"}),
         ("a mapping to an object", {"handle": object()}),
+        ("a mapping to a number", {"count": 3}),
     ):
         record = calls.root()
         staged = steps.stage(kit, sink, record, attachments, doing=f"stage with attachments {what}")
         if staged.ok:
             continue
-        key = steps.stage_ok(kit, sink, record, why=f", after attachments {what} were refused")
-        steps.expect_row(kit, steps.fetch_one(kit, source, key), record, "the row")
+        correct = calls.variant(record, weight_version=record.weight_version + 1)
+        key = steps.stage_ok(
+            kit, sink, correct, why=f", after the call with attachments {what} was refused"
+        )
+        steps.expect_row(
+            kit,
+            steps.fetch_one(kit, source, key),
+            correct,
+            f"the row after the call with attachments {what} was refused",
+        )
 
 
 # --- STAGE-5 ---------------------------------------------------------------------------------
@@ -479,18 +490,13 @@ def identical_restage(kit: Kit) -> None:
     calls = _calls(kit)
     first, second, source = kit.staging_sink(), kit.staging_sink(), kit.staging_source()
     record = calls.root(extras={"n": 1})
-    key = steps.stage_ok(kit, first, record, {"a": b"1"})
+    key, taken = steps.stage_ok_taking(kit, first, record, {"a": b"1"})
     finer = [value + value * 2**-40 for value in record.generation_log_probs_delta]
     same_digest = calls.variant(record, generation_log_probs_delta=finer)
     for sink, again, attachments, what in (
-        (first, record, {"a": b"1"}, "the same record"),
-        (
-            second,
-            StagedCallRecord.model_validate(record.model_dump()),
-            {"a": b"1"},
-            "an equal copy",
-        ),
-        (second, same_digest, {"a": b"1"}, "log probs equal after float32 rounding"),
+        (first, record, taken, "the same record"),
+        (second, StagedCallRecord.model_validate(record.model_dump()), taken, "an equal copy"),
+        (second, same_digest, taken, "log probs equal after float32 rounding"),
     ):
         answer = steps.stage(kit, sink, again, attachments)
         if not answer.ok or answer.key != key:

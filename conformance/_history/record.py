@@ -80,7 +80,7 @@ class LaneTargets:
 
 
 _OPERATION = {"put": "put", "mark": "mark_incomplete", "begin": "begin_call"}
-_OPERATION.update(freeze="freeze", drop="drop")
+_OPERATION.update(freeze="freeze", drop="drop", retire="retire", delete="delete")
 
 
 @dataclass
@@ -164,6 +164,16 @@ class Recorder:
         returned = value if isinstance(value, bool) else bool(value)
         self.events[-1] = replace(event, returned=returned)
         return returned
+
+    async def retire_id(self, source: Any, rollout_id: str) -> Event:
+        """``retire([rollout_id])``, the batch extension, logged."""
+        _, event = await self._record("retire", rollout_id, lambda: source.retire([rollout_id]))
+        return event
+
+    async def delete_id(self, source: Any, rollout_id: str) -> Event:
+        """``delete([rollout_id])``, the batch extension, logged."""
+        _, event = await self._record("delete", rollout_id, lambda: source.delete([rollout_id]))
+        return event
 
     async def retire(self, source: Any, rollout_id: str, attempts: int) -> None:
         """Freeze and drop until a drop returns True, at most ``attempts`` times."""

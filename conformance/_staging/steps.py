@@ -237,6 +237,29 @@ def stage_ok(
     return staged.key
 
 
+def stage_ok_taking(
+    kit: Kit,
+    sink: PlainEndpoint,
+    record: StagedCallRecord,
+    attachments: Mapping[str, Any] | None,
+    *,
+    why: str = "",
+) -> tuple[str, Mapping[str, Any] | None]:
+    """Stage a valid call with ``attachments``, or alone where the sink refuses them.
+
+    STAGE-4 lets a sink refuse attachments it does not take (STAGE-11 judges a sink that
+    declares it keeps them), so a refusal of the call with attachments is followed by the call
+    alone, which must be ok. Returns the key and the attachments the sink took.
+    """
+    __tracebackhide__ = True
+    if attachments:
+        staged = stage(kit, sink, record, attachments)
+        if staged.ok:
+            return staged.key, attachments
+        why = f"{why}, staged alone once it was refused with attachments ({staged.error})"
+    return stage_ok(kit, sink, record, why=why), None
+
+
 def _refused_for_its_ids(
     kit: Kit,
     sink: PlainEndpoint,

@@ -19,7 +19,13 @@ import hypothesis
 from hypothesis.errors import Flaky
 
 from conformance._kit import Endpoint, Kit, unexpected_error
-from conformance._reading import SnapshotView, Unreadable, entry_view, read_snapshot
+from conformance._reading import (
+    SnapshotView,
+    Unreadable,
+    entry_view,
+    read_snapshot,
+    record_fields,
+)
 from conformance._violation import ClauseViolation, fail
 
 T = TypeVar("T")
@@ -338,3 +344,51 @@ def run_property(kit: Kit, test: Callable[[], None], *, clause: str | None = Non
             hint="the implementation changed under the kit: ack a put only once the write is "
             "visible to a fresh source (a background commit landing late does this)",
         )
+
+
+def _in_rollout(entry: Any, rollout: str) -> dict[str, Any]:
+    fields = record_fields(entry)
+    fields["rollout_id"] = rollout
+    return fields
+
+
+def round_trips(kit: Kit, *entries: Any) -> bool:
+    """Whether each entry, put alone into a rollout of its own, freezes back exactly.
+
+    A put or freeze that fails on it is a no as well: that is PUT-2's to judge.
+    """
+    for entry in entries:
+        alone = kit.entries.build(**_in_rollout(entry, kit.rollout_id("alone")))
+        rollout = entry_view(alone).rollout_id
+        try:
+            put(kit, kit.sink_for(rollout), alone)
+            frozen = freeze(kit, kit.source_for(rollout), rollout)
+        except ClauseViolation:
+            return False
+        if payloads(frozen) != sent([alone]):
+            return False
+    return True
+
+
+def late_put_moves_version(
+    kit: Kit,
+    sink: Endpoint,
+    late_sink: Endpoint | None,
+    source: Endpoint,
+    *,
+    clause: str | None = None,
+) -> bool:
+    """Whether a new call after a freeze, put by ``late_sink`` (None: a fresh sink), is frozen
+    by a fresh source under a new version; tried on a rollout of its own.
+
+    Tells a relaxed fence that did its part (the old snapshot still dropping is then DROP-4's)
+    from one that took the call without a state change (FENCE-1's).
+    """
+    rollout = kit.rollout_id("late-twin")
+    put(kit, sink, kit.entries.entry(rollout), clause=clause)
+    before = freeze(kit, source, rollout, clause=clause)
+    late = kit.entries.entry(rollout)
+    if raises((late_sink or kit.sink()).put, late) is not None:
+        return False
+    after = freeze(kit, kit.source(), rollout, clause=clause)
+    return after.version != before.version and call_of(late) in payloads(after)

@@ -10,7 +10,11 @@ from conformance._kit import Kit
 from conformance._reading import SnapshotView
 from conformance._steps.operations import describe
 
-__all__ = ["expect_same_in_spawned_worker", "expect_spawned_freezes_agree"]
+__all__ = [
+    "expect_in_spawned_worker",
+    "expect_same_in_spawned_worker",
+    "expect_spawned_freezes_agree",
+]
 
 
 def _freeze_in_spawned_worker(kit: Kit, rollout: str) -> Event | str:
@@ -95,5 +99,28 @@ def expect_same_in_spawned_worker(
             expected=f"the same snapshot in a spawned worker: {describe(first)}",
             observed=kit.redact(_shown(there)),
             hint=_SAME_HINT,
+            clause=clause,
+        )
+
+
+def expect_in_spawned_worker(
+    kit: Kit, rollout: str, call_id: str, *, hint: str, clause: str | None = None
+) -> None:
+    """Fail ``clause`` (by default the check's own) unless a source a spawned worker builds
+    freezes ``rollout`` with ``call_id`` among its entries (PUT-1's "in any process").
+
+    The entry was acked here and nothing here was closed: a store that keeps acked records in
+    this process's memory, or in a buffer a thread writes out later, fails.
+    """
+    __tracebackhide__ = True
+    there = _freeze_in_spawned_worker(kit, rollout)
+    if isinstance(there, str):
+        _unfrozen(kit, there, clause)
+    if call_id not in {call for call, _ in there.entries}:
+        kit.fail(
+            expected=f"call {call_id!r}, acked here, in the freeze of a source built in a "
+            "spawned worker",
+            observed=kit.redact(_shown(there)),
+            hint=hint,
             clause=clause,
         )

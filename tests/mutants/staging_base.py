@@ -208,3 +208,16 @@ class UncheckedReads(StagingBase):
         fields = dict(vars(record))
         fields.pop("extras", None)
         return StagedCallBaseSnapshot.model_construct(**fields)
+
+
+class TakesNoAttachments(StagingBase):
+    """A correct staging store that takes no attachments: a call handed any is refused whole.
+
+    STAGE-4 names "attachments it does not take" among what a sink refuses; such a store still
+    stages every call handed without them.
+    """
+
+    def admit_attachments(self, attachments: object) -> dict[str, Any]:
+        if attachments is not None:
+            raise Refused("this store takes no attachments")
+        return {}

@@ -147,6 +147,7 @@ CORRECT = (
         ("--tokcap-capability=read-back",),
         contract="staging-v2",
     ),
+    JudgedStore("TakesNoAttachments", "staging_base:TakesNoAttachments", contract="staging-v2"),
     JudgedStore(
         "FileStagingStore",
         "reference.staging_file:FileStagingStore",

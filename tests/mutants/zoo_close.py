@@ -8,6 +8,8 @@ from typing import ClassVar
 
 from base import BaseStore, RolloutFileState
 
+from tokcap_spec.records import TokenEntry
+
 
 class CloseRaisesTwice(BaseStore):
     """CLOSE-1: the second close raises.
@@ -21,6 +23,28 @@ class CloseRaisesTwice(BaseStore):
     async def close(self) -> None:
         if self.closed:
             raise RuntimeError("store is already closed")
+        await super().close()
+
+
+class CloseReleasesHandleTwice(BaseStore):
+    """CLOSE-1: once used, the second close raises.
+
+    The first put opens a descriptor on the store's folder (to sync renames through it) and
+    keeps it; close releases it but keeps the number, so a second close of a used store fails
+    with EBADF. Closing an unused store twice is fine, so a test that never writes sees nothing.
+    """
+
+    breaks: ClassVar[str] = "CLOSE-1"
+
+    async def put(self, entry: TokenEntry) -> None:
+        if getattr(self, "_folder", None) is None:
+            self._folder = os.open(self.root, os.O_RDONLY)
+        await super().put(entry)
+
+    async def close(self) -> None:
+        folder = getattr(self, "_folder", None)
+        if folder is not None:
+            os.close(folder)
         await super().close()
 
 

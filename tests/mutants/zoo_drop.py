@@ -164,7 +164,21 @@ class DropComparesFrozenVersion(BaseStore):
         )
 
 
-class KeepsRecordsAfterDrop(BaseStore):
+class _WritesRefusedWhenRetired(BaseStore):
+    """Reads a retired rollout like any other, but still refuses puts and marks to it."""
+
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
+        if state.retired:
+            BaseStore.refuse_retired(self, rollout_id, state)
+        super().apply_put(rollout_id, state, call, payload)
+
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
+        if state.retired:
+            BaseStore.refuse_retired(self, rollout_id, state)
+        super().apply_mark(rollout_id, state, call)
+
+
+class KeepsRecordsAfterDrop(_WritesRefusedWhenRetired):
     """DROP-5: drop says True and fences the rollout, but its records still freeze.
 
     The store claims to delete on drop yet only writes a tombstone flag; without
@@ -178,16 +192,6 @@ class KeepsRecordsAfterDrop(BaseStore):
 
     def refuse_retired(self, rollout_id: str, state: RolloutFileState) -> None:
         pass
-
-    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
-        if state.retired:
-            BaseStore.refuse_retired(self, rollout_id, state)
-        super().apply_put(rollout_id, state, call, payload)
-
-    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
-        if state.retired:
-            BaseStore.refuse_retired(self, rollout_id, state)
-        super().apply_mark(rollout_id, state, call)
 
 
 class DeletesDespiteNoDelete(BaseStore):
@@ -248,3 +252,24 @@ class ConflictMasksWithoutBump(BaseStore):
                 f"rollout {rollout_id!r}: model_call_id {call!r} came back with another payload"
             )
         super().apply_put(rollout_id, state, call, payload)
+
+
+class DropSkipsDotCalls(_WritesRefusedWhenRetired):
+    """DROP-5: drop deletes each call's record by a listing that skips names starting with ``.``.
+
+    Entries are kept one per call id and removed with a glob, which leaves dot files alone: a
+    call whose id starts with a dot survives the drop, and a freeze, which finds records again,
+    answers them.
+    """
+
+    breaks: ClassVar[str] = "DROP-5"
+
+    def tombstone(self, state: RolloutFileState) -> None:
+        for call in [call for call in state.entries if not call.startswith(".")]:
+            del state.entries[call]
+        state.intents.clear()
+        state.retired = True
+
+    def refuse_retired(self, rollout_id: str, state: RolloutFileState) -> None:
+        if not any(call.startswith(".") for call in state.entries):
+            super().refuse_retired(rollout_id, state)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import ClassVar
 
 from base import BaseStore, RelaxedFileStore, RolloutFileState
@@ -134,3 +135,38 @@ class TrustsItsOwnRollouts(RelaxedFileStore):
     def write(self, entry: TokenEntry) -> None:
         super().write(entry)
         self._written.add(entry.rollout_id)
+
+
+_FROZEN_HERE: set[tuple[str, str]] = set()
+"""Rollouts this process froze, by store root: the fence :class:`ProcessLocalFence` keeps."""
+
+
+class ProcessLocalFence(BaseStore):
+    """FENCE-1: the strict fence is a set of frozen rollouts kept in this process's memory.
+
+    A sink in the process that froze refuses late calls, but a model server's worker in
+    another process puts into the frozen rollout and is acked with no version change, so two
+    freezes name one snapshot with different entries (FREEZE-5 too).
+    """
+
+    breaks: ClassVar[str] = "FENCE-1"
+    also: ClassVar[tuple[str, ...]] = ("FREEZE-5",)
+    flags: ClassVar[tuple[str, ...]] = ("--tokcap-fence=strict",)
+
+    async def delete(self, rollout_ids: Iterable[str]) -> None:
+        ids = rollout_ids if isinstance(rollout_ids, str) else list(rollout_ids)
+        await super().delete(ids)
+        for rollout_id in ids:
+            _FROZEN_HERE.discard((self.root, rollout_id))
+
+    def apply_freeze(self, rollout_id: str, state: RolloutFileState) -> None:
+        super().apply_freeze(rollout_id, state)
+        _FROZEN_HERE.add((self.root, rollout_id))
+
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
+        stored = state.frozen
+        state.frozen = (self.root, rollout_id) in _FROZEN_HERE
+        try:
+            super().apply_put(rollout_id, state, call, payload)
+        finally:
+            state.frozen = stored

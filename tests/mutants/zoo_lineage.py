@@ -154,6 +154,33 @@ class SkipsContextCheck(_Resolving):
         return LineageResolution(ParentResolutionStatus.UNRESOLVED, reason="no_match")
 
 
+class MemoizedVerification(_Resolving):
+    """LINEAGE-3: a resolution, once verified, is kept per rollout, model turns and length.
+
+    Verifying the recorded context costs a digest of the whole request, so the answer is
+    memoized; a later request with the same model turns and as many items, whose history was
+    rewritten, is answered from the memo without being verified.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-3"
+    flags: ClassVar[tuple[str, ...]] = _flags("MemoizedVerification")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._verified: dict[tuple[str, str, int], LineageResolution] = {}
+
+    async def resolve(
+        self, rollout_id: str, request_items: Sequence[dict[str, Any]]
+    ) -> LineageResolution:
+        memo = (rollout_id, assistant_fingerprint(request_items), len(request_items))
+        if memo in self._verified:
+            return self._verified[memo]
+        answer = await super().resolve(rollout_id, request_items)
+        if answer.status == ParentResolutionStatus.RESOLVED:
+            self._verified[memo] = answer
+        return answer
+
+
 class _WhenAmbiguous(_Resolving):
     """Resolves as the correct resolver does, except where it finds candidates with different
     tokens: then :meth:`ambiguous` answers."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 from typing import ClassVar
 
@@ -89,6 +90,46 @@ class PutClearsIncomplete(BaseStore):
         super().apply_put(rollout_id, state, call, payload)
         if state.version != before:
             state.incomplete = False
+
+
+class MarkClearedByItsCall(BaseStore):
+    """MASK-2: a mark belongs to the call it names, and that call's entry, put later, clears it.
+
+    The store reads a mark as "this call failed", so when the same call id is put after all (a
+    retry that got through) it takes the rollout to be whole again.
+    """
+
+    breaks: ClassVar[str] = "MASK-2"
+
+    def _marks(self, rollout_id: str) -> str:
+        folder = os.path.join(self.root, "marked-calls")
+        os.makedirs(folder, exist_ok=True)
+        return os.path.join(folder, self.key(rollout_id) + ".json")
+
+    def _marked(self, rollout_id: str) -> list[str]:
+        try:
+            with open(self._marks(rollout_id), encoding="utf-8") as handle:
+                found: list[str] = json.load(handle)
+        except FileNotFoundError:
+            return []
+        return found
+
+    def _keep(self, rollout_id: str, calls: list[str]) -> None:
+        with open(self._marks(rollout_id), "w", encoding="utf-8") as handle:
+            json.dump(calls, handle)
+
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
+        super().apply_mark(rollout_id, state, call)
+        self._keep(rollout_id, [*self._marked(rollout_id), call])
+
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
+        super().apply_put(rollout_id, state, call, payload)
+        marked = self._marked(rollout_id)
+        if call in marked:
+            left = [each for each in marked if each != call]
+            self._keep(rollout_id, left)
+            if not left:
+                state.incomplete = False
 
 
 class MarkToggles(BaseStore):
@@ -180,6 +221,23 @@ class ConflictKeptFirst(BaseStore):
         super().apply_put(rollout_id, state, call, payload)
 
 
+class ConflictComparedByValue(BaseStore):
+    """MASK-4: a re-put counts as identical when its decoded fields compare equal.
+
+    Python's ``==`` says ``0.0 == -0.0`` and ``1 == True``, so a call that comes back differing
+    only there is taken for a retry: acked, the first payload kept and the rollout clean.
+    """
+
+    breaks: ClassVar[str] = "MASK-4"
+    also: ClassVar[tuple[str, ...]] = ("PUT-4",)
+
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
+        known = state.entries.get(call)
+        if known is not None and json.loads(known) == json.loads(payload):
+            return
+        super().apply_put(rollout_id, state, call, payload)
+
+
 class MaskDiscardsEntries(BaseStore):
     """MASK-5: marking a rollout incomplete deletes its entries.
 
@@ -195,12 +253,13 @@ class MaskDiscardsEntries(BaseStore):
 
 
 class MaskedNeverDrops(BaseStore):
-    """MASK-5: drop refuses every incomplete rollout.
+    """DROP-1: drop refuses every incomplete rollout.
 
-    The store only retires clean rollouts, so masked ones pile up for ever.
+    The store only retires clean rollouts, so masked ones pile up for ever: the exact
+    snapshot of a masked rollout does not retire.
     """
 
-    breaks: ClassVar[str] = "MASK-5"
+    breaks: ClassVar[str] = "DROP-1"
 
     def matches(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
         return not state.incomplete and super().matches(state, snapshot_id, version)

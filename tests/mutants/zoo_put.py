@@ -484,6 +484,7 @@ class ConflictComparesTokensOnly(BaseStore):
     """
 
     breaks: ClassVar[str] = "PUT-4"
+    also: ClassVar[tuple[str, ...]] = ("MASK-4",)
 
     def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
         known = state.entries.get(call)

@@ -156,14 +156,15 @@ class PidShards(BaseStore):
 
 
 class FlushesWhenClosed(BaseStore):
-    """SPAWN-3: each process keeps its changes in memory and writes them out on close.
+    """PUT-1: each process keeps its changes in memory and writes them out on close.
 
     Every instance in the process reads through the same write-behind cache, so a single
     process sees its acks at once; a worker's acks reach other processes only when it closes
-    its sink, which a model server does at shutdown.
+    its sink, which a model server does at shutdown. The ack came before the record was where
+    every process reads it.
     """
 
-    breaks: ClassVar[str] = "SPAWN-3"
+    breaks: ClassVar[str] = "PUT-1"
 
     def load(self, rollout_id: str) -> RolloutFileState:
         pending = _PENDING.get(self.state_path(rollout_id))

@@ -599,3 +599,26 @@ class MaskSignDropped(UncheckedReads):
         return super().encode(
             key, record.model_copy(update={"token_mask_delta": flags}), attachments
         )
+
+
+class AttachmentsCheckedAfterWrite(StagingBase):
+    """STAGE-4: the attachments are checked only once the call is written.
+
+    The call is stored first and its attachments encoded after; an attachment the store does
+    not take is refused, but the call's row stays, so another call staged next under those ids
+    is refused as a conflict (or, were it the same, the refused call would be fetched).
+    """
+
+    breaks: ClassVar[str] = "STAGE-4"
+
+    def stage(
+        self, record: StagedCallRecord, *, attachments: Mapping[str, Any] | None = None
+    ) -> StageResult:
+        try:
+            valid = self.admit(record)
+            key = self.key_of(valid.rollout_id, valid.model_call_id)
+            self.put(key, valid, {})
+            self.admit_attachments(attachments)
+            return StageResult(ok=True, staging_key=key)
+        except Exception as exc:
+            return StageResult(ok=False, error=f"{type(exc).__name__}: {exc}")
