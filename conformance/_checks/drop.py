@@ -44,23 +44,23 @@ def exact_snapshot(kit: Kit) -> None:
     source."""
     _, rollout, snapshot = _frozen(kit)
     empty, masked = kit.rollout_id("empty"), kit.rollout_id("masked")
-    entry = kit.entries.entry(masked)
-    step.put(kit, kit.sink(), entry)
-    step.mark(kit, kit.sink(), masked, step.call_of(entry))
+    entry, marker = kit.entries.entry(masked), kit.sink_for(masked)
+    step.put(kit, marker, entry)
+    step.mark(kit, marker, masked, step.call_of(entry))
     for label, target, frozen in (
         ("the exact current snapshot", rollout, snapshot),
         (
             "the exact snapshot of a rollout frozen empty",
             empty,
-            step.freeze(kit, kit.source(), empty),
+            step.freeze(kit, kit.source_for(empty), empty),
         ),
         (
             "the exact snapshot of a rollout marked incomplete",
             masked,
-            step.freeze(kit, kit.source(), masked),
+            step.freeze(kit, kit.source_for(masked), masked),
         ),
     ):
-        if not step.drop(kit, kit.source(), target, frozen.snapshot_id, frozen.version):
+        if not step.drop(kit, kit.source_for(target), target, frozen.snapshot_id, frozen.version):
             kit.fail(
                 expected=f"True for {label}",
                 observed=f"False for {step.describe(frozen)}",
@@ -240,8 +240,10 @@ def mark_after_freeze(kit: Kit) -> None:
 
 @check("DROP-4", "late-put-after-freeze")
 def late_put_after_freeze(kit: Kit) -> None:
-    """A new call accepted after freeze (a relaxed fence) makes the old snapshot's drop return
-    False, before any new freeze and whichever sink put it."""
+    """A new call accepted after freeze makes the old snapshot's drop return False.
+
+    That holds before any new freeze, whichever sink put the call: the fence is relaxed.
+    """
     sink, source = kit.sink(), kit.source()
     for late_sink in (sink, None):
         rollout = kit.rollout_id("late")
@@ -304,7 +306,7 @@ def _expect_gone(kit: Kit, source: Endpoint, rollout: str, snapshot: SnapshotVie
     if not step.drop(kit, source, rollout, snapshot.snapshot_id, snapshot.version):
         kit.fail(expected="True for the exact snapshot", observed="False", hint="see DROP-1")
     try:
-        after: SnapshotView | None = read_snapshot(kit.source().freeze(rollout))
+        after: SnapshotView | None = read_snapshot(kit.source_for(rollout).freeze(rollout))
     except Exception:
         after = None
     kept = after is not None and bool(after.entries)

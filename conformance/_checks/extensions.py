@@ -94,7 +94,7 @@ def retire_and_delete(kit: Kit) -> None:
     late = [(rollout, kit.entries.entry(rollout), "new call") for rollout in ids]
     late += [(rollout, entry, "call it held") for rollout, entry in put_before.items()]
     for rollout, entry, what in late:
-        if step.raises(kit.sink().put, entry) is None:
+        if step.raises(kit.sink_for(rollout).put, entry) is None:
             kit.fail(
                 expected=f"a put of a {what} into retired {rollout!r} to raise",
                 observed="the put was acked",
@@ -116,8 +116,8 @@ def retire_and_delete(kit: Kit) -> None:
                 hint="delete removes records and fences, whatever the rollout's state",
             )
         reused = kit.entries.entry(rollout)
-        step.put(kit, kit.sink(), reused)
-        snapshot = step.freeze(kit, kit.source(), rollout)
+        step.put(kit, kit.sink_for(rollout), reused)
+        snapshot = step.freeze(kit, kit.source_for(rollout), rollout)
         if list(step.payloads(snapshot)) != [step.call_of(reused)] or snapshot.incomplete:
             kit.fail(
                 expected=f"the id of a deleted rollout ({state}) to start again from nothing",
@@ -131,7 +131,7 @@ def _expect_no_records(kit: Kit, rollout: str, what: str) -> None:
     """After ``what``, a freeze of ``rollout`` refuses or returns no entry: none is kept."""
     __tracebackhide__ = True
     try:
-        found = read_snapshot(kit.run(kit.source().raw.freeze(rollout)))
+        found = read_snapshot(kit.run(kit.source_for(rollout).raw.freeze(rollout)))
     except Exception:
         return  # a retired rollout may refuse to freeze
     if found.entries:

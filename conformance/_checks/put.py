@@ -221,12 +221,12 @@ def _identical_built_differently(kit: Kit) -> None:
         rollout = entry_view(entry).rollout_id
         fields = record_fields(entry)
         copy = kit.entries.build(**hazards.reordered(fields))
-        sink = kit.sink()
+        sink = kit.sink_for(rollout)
         step.put(kit, sink, entry)
         step.put(kit, sink, copy)
-        snapshot = step.freeze(kit, kit.source(), rollout)
-        step.raises(kit.sink().put, copy)
-        again = step.freeze(kit, kit.source(), rollout)
+        snapshot = step.freeze(kit, kit.source_for(rollout), rollout)
+        step.raises(kit.sink_for(rollout).put, copy)
+        again = step.freeze(kit, kit.source_for(rollout), rollout)
         if snapshot.incomplete or step.payloads(snapshot) != step.sent([entry]):
             kit.fail(
                 expected="an equal entry whose output_items and extra fields list their keys in "
@@ -257,7 +257,7 @@ def _identical_among_others(kit: Kit) -> None:
         for error in kit.gather(sink.raw.put(copy), *(sink.raw.put(e) for e in others))
         if isinstance(error, BaseException)
     ]
-    snapshot = step.freeze(kit, kit.source(), rollout)
+    snapshot = step.freeze(kit, kit.source_for(rollout), rollout)
     if errors or snapshot.incomplete or step.payloads(snapshot) != step.sent([first, *others]):
         kit.fail(
             expected="an identical re-put and two new puts, awaited together, to leave three "
@@ -402,7 +402,7 @@ def related_rollout_ids(kit: Kit) -> None:
         step.put(kit, sink, entries[rollout])
     marked = ids[1::3]
     for rollout in marked:
-        step.mark(kit, kit.sink(), rollout, "call-1")
+        step.mark(kit, kit.sink_for(rollout), rollout, "call-1")
     source = kit.source()
     for rollout in ids:
         snapshot = step.freeze(kit, source, rollout)

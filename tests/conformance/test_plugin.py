@@ -285,7 +285,14 @@ class TestVerdicts:
 def test_strict_fence_requires_refusal(pytester: pytest.Pytester, tmp_path: Path) -> None:
     """--tokcap-fence=strict fails a store that accepts late puts with a version bump."""
     pytester.makepyfile(relaxed=RELAXED)
-    args = ("--tokcap-sink=relaxed:Relaxed", "-k", "put-after-freeze", "--tokcap-report=r.json")
+    # Its state lives in this process alone, which it declares.
+    args = (
+        "--tokcap-sink=relaxed:Relaxed",
+        LOCAL,
+        "-k",
+        "put-after-freeze",
+        "--tokcap-report=r.json",
+    )
     assert run(pytester, *args).ret == 0
     assert run(pytester, *args, "--tokcap-fence=strict").ret == pytest.ExitCode.TESTS_FAILED
 
