@@ -46,17 +46,28 @@ STAGING_ORDER = ("staging-shapes", "staging-builds", "staging-round-trip")
 STRUCTURAL = frozenset({"SHAPE-1", "SHAPE-2", "BUILD-1", "BUILD-2", "STAGE-1", "STAGE-2"})
 """Clauses about what the target is, not what it does: only the shape and build basics apply."""
 
+READS_ONLY = ("shapes", "builds", "visible-on-return", "one-rollout", "isolation", "spawned")
+"""The basics a LINEAGE clause rests on: a resolver reads what puts stored, here and in other
+processes; how a store retires, masks or closes a rollout is no ground to leave its answers
+unjudged."""
+
 _outcomes: dict[tuple[int, str], tuple[KitSettings, ClauseViolation | None]] = {}
 
 
 def first_broken(settings: KitSettings, clause: str = "") -> ClauseViolation | None:
     """Return the violation of the first basic that breaks for the target, or None.
 
-    For a ``clause`` in :data:`STRUCTURAL` only the basics of shape and construction count.
+    For a ``clause`` in :data:`STRUCTURAL` only the basics of shape and construction count,
+    and for a LINEAGE clause only those of :data:`READS_ONLY`.
     """
     registered = basics_by_name()
     order = STAGING_ORDER if settings.staging else ORDER
-    names = order[:2] if clause in STRUCTURAL else order
+    if clause in STRUCTURAL:
+        names: tuple[str, ...] = order[:2]
+    elif clause.startswith("LINEAGE-"):
+        names = READS_ONLY
+    else:
+        names = order
     for name in names:
         found = registered[name]
         known = _outcomes.get((id(settings), name))

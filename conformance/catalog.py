@@ -1018,11 +1018,13 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         how_broken=(
             "Requiring a non-empty call id; using it as a file name; requiring a stored entry "
-            "with that call id."
+            "with that call id; serving a dropped rollout again once it took a mark, so a "
+            "second drop leaves it clean."
         ),
         hazards=(
             'Marks with `""`, odd call ids and calls no entry has, on empty rollouts and on '
-            "rollouts with entries; a mark after a drop."
+            "rollouts with entries; a mark after a drop, and a freeze after that masked "
+            "snapshot was dropped as well."
         ),
         checked_by=KIT,
     ),
@@ -1205,20 +1207,21 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         how_broken=(
             "Matching the model-authored turns and skipping the context digest; taking the "
-            "first of several candidates; looking parents up across rollouts; ignoring the "
-            "fingerprint version."
+            "first of several candidates, or of candidates of one length; looking parents up "
+            "across rollouts, one by one or pooled; ignoring the fingerprint version."
         ),
         hazards=(
-            "A never-written rollout; a changed system prompt, a changed tool result, a "
-            "truncated history; two calls that answered alike with different tokens; the "
-            "parent in a look-alike rollout (case, `.`, `_`, `-`) and asked in a rollout whose "
-            "id is a prefix of the parent's; an entry stamped with version 1; twin calls whose "
-            "ids differ only by case, padding, unicode form, a compatibility character, a tab or "
-            "a separator; an entry with an empty context digest; a rollout resolved, deleted and "
-            "written again under the same call id; a parent in another rollout asked in one with "
-            "calls of its own; a call acked with two payloads (a silent conflict). Random programs "
-            "of new, identical and conflicting puts, marks, freezes, `delete` and `retire` over "
-            "two rollouts whose ids differ by case, each call asked about by a long-lived and by "
+            "A never-written rollout; a changed system prompt, a changed tool result, a truncated"
+            " history; two calls that answered alike with different tokens, of different lengths "
+            "and of one length; the parent, from a conversation no other rollout had, in a "
+            "look-alike rollout (case, `.`, `_`, `-`) and asked in a rollout whose id is a prefix"
+            " of the parent's; an entry stamped with version 1; twin calls whose ids differ only "
+            "by case, padding, unicode form, a compatibility character, a tab or a separator; an "
+            "entry with an empty context digest; a rollout resolved, deleted and written again "
+            "under the same call id; a parent in another rollout asked in one with calls of its "
+            "own; a call acked with two payloads (a silent conflict). Random programs of new, "
+            "identical and conflicting puts, marks, freezes, `delete` and `retire` over two "
+            "rollouts whose ids differ by case, each call asked about by a long-lived and by "
             "fresh resolvers, judged from what the sink acknowledged (LINEAGE-1 and LINEAGE-2 "
             "too)."
         ),

@@ -29,6 +29,9 @@ from conformance._reading import entry_view
 from conformance._registry import check
 from conformance._workers import Operation, WorkerPlan, run_workers
 
+_TWIN_LENGTH = 6
+"""Prompt and generation length of twins whose tokens differ at one length."""
+
 _ATTEMPTS = 6
 """Puts each resolved the moment they return, by a resolver built before and one after."""
 
@@ -43,10 +46,12 @@ def _first(
     *,
     call_id: str | None = None,
     size: int | None = None,
+    question: str = "Weather in Oslo?",
+    reply: str = "Let me see.",
     **stamp: Any,
 ) -> Call:
     """The first call of a rollout: a question answered with a tool call."""
-    request, answer = dialect.ask("Weather in Oslo?"), dialect.answer("Let me see.", "t1")
+    request, answer = dialect.ask(question), dialect.answer(reply, "t1")
     return captured(kit, rollout, request, answer, call_id=call_id, size=size, **stamp)
 
 
@@ -320,9 +325,11 @@ def never_guesses(kit: Kit) -> None:
     case("a history that lost its first items", rollout, _continues(parent)[1:])
     changed = [*_next_request(parent, CHAT, output="rainy"), *CHAT.echo(second.answer)]
     case("a history whose tool result was changed", rollout, [*changed, *CHAT.ask("And?")[-1:]])
-    for names in (("twin-0", "twin-1"), *folded_twins("twin")):
+    # Twins of one length as well: a resolver may take equal lengths for equal tokens.
+    pairs = [(names, size) for names in folded_twins("twin") for size in (None, _TWIN_LENGTH)]
+    for names, size in [(("twin-0", "twin-1"), None), *pairs]:
         rollout = kit.rollout_id("twins")
-        twins = [_first(kit, rollout, call_id=name) for name in names]
+        twins = [_first(kit, rollout, call_id=name, size=size) for name in names]
         for call in twins:
             step.put(kit, sink, call.entry)
         if twins[0].cumulative != twins[1].cumulative:
@@ -340,7 +347,10 @@ def never_guesses(kit: Kit) -> None:
     if deleted is not None:
         case("a call of a deleted attempt, its rollout id used again", *deleted)
     base = kit.rollout_id("Iso")
-    elsewhere = _first(kit, f"{base}.a")
+    # A conversation no other rollout had: a resolver that looks further than the rollout
+    # finds this one parent, not a crowd of look-alike ones.
+    unique = f"Weather where {base} runs?"
+    elsewhere = _first(kit, f"{base}.a", question=unique, reply=f"Looking up: {unique}")
     step.put(kit, sink, elsewhere.entry)
     for lookalike in (f"{base}-a", f"{base}_a", f"{base}.A", base):
         case(f"a parent put into {base}.a, asked in {lookalike}", lookalike, _continues(elsewhere))

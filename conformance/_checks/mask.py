@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from conformance import _steps as step
 from conformance._entries import ODD_CALL_IDS
-from conformance._kit import Kit
-from conformance._reading import entry_view, read_snapshot
+from conformance._kit import Endpoint, Kit
+from conformance._reading import SnapshotView, entry_view, read_snapshot
 from conformance._registry import basic, check
 from conformance._violation import ClauseViolation, NotClaimed, fail
 from conformance._workers import Operation, WorkerPlan, run_workers
@@ -257,6 +257,38 @@ def after_drop(kit: Kit) -> None:
             observed=step.describe(later),
             hint="keep a dropped rollout retired: refuse the mark, or keep it and show it",
         )
+    _unclean_after_second_drop(kit, kit.source_for(rollout), rollout, later)
+
+
+def _unclean_after_second_drop(
+    kit: Kit, source: Endpoint, rollout: str, masked: SnapshotView, *, clause: str | None = None
+) -> None:
+    """Where the masked snapshot of a dropped rollout that took a mark drops as well, the
+    next freeze still raises or is incomplete: a consumer retiring that state has not made
+    the rollout clean."""
+    __tracebackhide__ = True
+    try:
+        dropped = kit.run(
+            source.raw.drop(rollout, snapshot_id=masked.snapshot_id, version=masked.version)
+        )
+    except Exception:
+        return  # refusing to retire a dropped rollout again keeps it retired
+    if dropped is not True:
+        return
+    try:
+        again = read_snapshot(kit.run(kit.source_for(rollout).raw.freeze(rollout)))
+    except Exception:
+        return  # a retired rollout may refuse to freeze
+    step.expect(
+        kit,
+        again.incomplete,
+        "a freeze to raise or be incomplete after a dropped rollout took a mark and its "
+        "masked snapshot was dropped too",
+        step.describe(again),
+        "a mark on a dropped rollout masks it for good: keep the rollout retired (refuse the "
+        "mark or the freeze), or keep the mark through every later drop",
+        clause=clause,
+    )
 
 
 @check("MASK-6", "any-call-id")
@@ -397,6 +429,25 @@ def basic_masking(kit: Kit) -> None:
         _ANY_CALL_ID,
         clause="MASK-6",
     )
+    retired = kit.rollout_id("mask-retired")
+    step.put(kit, sink, kit.entries.entry(retired), clause="PUT-1")
+    consumed = step.freeze(kit, source, retired, clause="FREEZE-1")
+    if step.drop(kit, source, retired, consumed.snapshot_id, consumed.version, clause="DROP-1"):
+        step.raises(sink.mark_incomplete, retired, "after-drop")
+        try:
+            masked = read_snapshot(kit.run(source.raw.freeze(retired)))
+        except Exception:
+            masked = None  # a retired rollout may refuse to freeze
+        if masked is not None:
+            step.expect(
+                kit,
+                masked.incomplete,
+                "a freeze after drop and mark to raise or to be incomplete",
+                step.describe(masked),
+                "keep a dropped rollout retired: refuse the mark, or keep it and show it",
+                clause="MASK-6",
+            )
+            _unclean_after_second_drop(kit, source, retired, masked, clause="MASK-6")
     # A call that failed before the rollout's first put leaves a rollout with a mark alone.
     alone = kit.rollout_id("mask-alone")
     step.mark(kit, sink, alone, "failed-call", clause="MASK-6")

@@ -159,3 +159,18 @@ class DeleteOnlyTombstones(BaseStore):
     def forget(self, state: RolloutFileState) -> None:
         if state.retired:
             super().forget(state)
+
+
+class DeleteBindsOneKey(BaseStore):
+    """EXT-RETIRE-1: delete of several ids at once removes none of them.
+
+    The ids are joined into one parameter for a single ``IN (?)`` query, so one id is
+    deleted and several match nothing: the ids stay fenced and keep their records.
+    """
+
+    breaks: ClassVar[str] = "EXT-RETIRE-1"
+
+    async def delete(self, rollout_ids: Iterable[str]) -> None:
+        ids = [rollout_ids] if isinstance(rollout_ids, str) else list(rollout_ids)
+        if len(ids) == 1:
+            await super().delete(ids)

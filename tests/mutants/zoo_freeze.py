@@ -180,6 +180,32 @@ class DoubledEntries(BaseStore):
         return _with(found, entries=found.entries + copies)
 
 
+class StaleIndexAppends(BaseStore):
+    """FREEZE-3: an identical re-put of a call another sink stored is logged a second time.
+
+    Each instance indexes a rollout's call ids when it first touches the rollout, so a put
+    never re-reads the log, and trusts that index after: a call another sink put since is
+    new to it, its identical re-put is appended again, and the snapshot lists the call twice.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-3"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._known: dict[str, set[str]] = {}
+
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
+        known = self._known.setdefault(rollout_id, set(state.entries))
+        stale = call in state.entries and call not in known and not state.frozen
+        if stale and state.entries[call] == payload:
+            self.refuse_retired(rollout_id, state)
+            state.entries[f"{call}\x00again-{len(state.entries)}"] = payload
+            self.bump(state)
+        else:
+            super().apply_put(rollout_id, state, call, payload)
+        known.add(call)
+
+
 class UnknownIsIncomplete(BaseStore):
     """FREEZE-4: a rollout that was never written freezes incomplete.
 

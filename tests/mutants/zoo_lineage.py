@@ -219,6 +219,33 @@ class FirstOfTwins(_WhenAmbiguous):
         return resolve_from(entries, request_items)
 
 
+class EqualLengthTwins(_WhenAmbiguous):
+    """LINEAGE-3: candidates whose sequences have one length are taken for retries of one call.
+
+    Tokenizing the same text twice gives sequences of one length, so the resolver treats
+    same-length candidates as interchangeable and takes the first: twins that sampled other
+    tokens of that length resolve.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-3"
+    flags: ClassVar[tuple[str, ...]] = _flags("EqualLengthTwins")
+
+    def ambiguous(self, entries: Sequence[TokenEntry], request_items: Items) -> LineageResolution:
+        fingerprint = assistant_fingerprint(request_items)
+        found = [
+            entry
+            for entry in entries
+            if _stamp(entry, "continuation_fingerprint") == fingerprint
+            and context_digest(request_items[: _stamp(entry, "continuation_context_len")])
+            == _stamp(entry, "continuation_context_digest")
+        ]
+        lengths = {len(entry.prompt_token_ids) + len(entry.generation_token_ids) for entry in found}
+        if len(lengths) != 1:
+            return resolve_from(entries, request_items)
+        first = found[0]
+        return _resolved(first, (*first.prompt_token_ids, *first.generation_token_ids))
+
+
 class AwaitedSharedFlag(_Resolving):
     """LINEAGE-1: ``is_process_shared`` is declared ``async``.
 
@@ -412,6 +439,37 @@ class SearchesSiblingRollouts(_Resolving):
             if found.status is ParentResolutionStatus.RESOLVED:
                 return found
         return decided
+
+
+class PooledSiblingRollouts(_Resolving):
+    """LINEAGE-3: a request its own rollout proves no parent for is resolved among the calls
+    of every rollout this process wrote under the request's fingerprint, pooled.
+
+    Meant for attempt-scoped rollout ids, whose retried attempt continues history captured
+    under the previous attempt's id; pooling keeps it from picking among look-alike
+    conversations, but a conversation only one other rollout had is spliced in.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-3"
+    flags: ClassVar[tuple[str, ...]] = _flags("PooledSiblingRollouts")
+
+    async def put(self, entry: TokenEntry) -> None:
+        await super().put(entry)
+        fingerprint = _stamp(entry, "continuation_fingerprint")
+        if fingerprint:
+            _BY_FINGERPRINT.setdefault(fingerprint, set()).add(entry.rollout_id)
+
+    async def resolve(self, rollout_id: str, request_items: Items) -> LineageResolution:
+        decided = resolve_from(await self.peek(rollout_id), request_items)
+        if decided.status is not ParentResolutionStatus.UNRESOLVED:
+            return decided
+        others = _BY_FINGERPRINT.get(assistant_fingerprint(request_items), set()) - {rollout_id}
+        pooled = [entry for other in sorted(others) for entry in await self.peek(other)]
+        found = resolve_from(pooled, request_items)
+        return found if found.status is ParentResolutionStatus.RESOLVED else decided
+
+
+_BY_FINGERPRINT: dict[str, set[str]] = {}
 
 
 _AGAIN = "\x00\x00again"

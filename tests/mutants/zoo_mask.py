@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import uuid
 from typing import ClassVar
 
 from base import BaseStore, RolloutFileState
@@ -309,6 +310,41 @@ class MarksOnlyKnownCalls(BaseStore):
     def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
         if call in state.entries:
             super().apply_mark(rollout_id, state, call)
+
+
+class DropClearsLateMarks(BaseStore):
+    """MASK-6: a dropped rollout keeps late marks until the next drop, which clears them.
+
+    Drop empties the rollout and fences it against puts, but marks and freezes are still
+    served: a late mark shows as incomplete, as it should, and the consumer's drop of that
+    masked snapshot clears the flag with the records, so the rollout freezes clean again.
+    """
+
+    breaks: ClassVar[str] = "MASK-6"
+
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
+        state.incomplete = True
+        self.bump(state)
+
+    def apply_freeze(self, rollout_id: str, state: RolloutFileState) -> None:
+        state.frozen = True
+        if not state.snapshot_id or state.snapshot_version != state.version:
+            state.snapshot_id = uuid.uuid4().hex
+            state.snapshot_version = state.version
+
+    def matches(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
+        return (
+            state.frozen
+            and state.snapshot_id == snapshot_id
+            and state.snapshot_version == state.version
+            and type(version) is int
+            and state.version == version
+        )
+
+    def tombstone(self, state: RolloutFileState) -> None:
+        super().tombstone(state)
+        state.incomplete = state.frozen = False
+        self.bump(state)
 
 
 class SourceCachesByEntryCount(BaseStore):
