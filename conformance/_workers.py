@@ -22,8 +22,10 @@ import ctypes
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -36,6 +38,7 @@ from typing import Any, Protocol
 
 from conformance import _constructions as constructions
 from conformance import _deadline as deadline
+from conformance import _stacks as stacks
 from conformance._secrecy import keep, scrub
 from conformance._settings import DEFAULT_ENTRY_CLASS
 from tokcap_pytest import DEFAULT_TIMEOUTS
@@ -324,6 +327,8 @@ class Supervisor:
         self._stop_siblings = stop_siblings
         self._children: list[_Child] = []
         self._heard = time.monotonic()
+        self._dumps = ""
+        """A folder where each child writes its threads' stacks when asked (see _stacks)."""
 
     def start(self) -> None:
         """Spawn every child, unless an operation one of them calls overran too often.
@@ -337,11 +342,12 @@ class Supervisor:
             names |= job.calls() | {constructor(target) for _, target, _ in job.endpoints()}
         deadline.breaker.check(sorted(names | {_in_child(name) for name in names}))
         _live.add(self)
+        self._dumps = tempfile.mkdtemp(prefix="tokcap-stacks-")
         for index, (name, job) in enumerate(self._jobs):
             receive, send = self._context.Pipe(duplex=False)
             process = self._context.Process(
                 target=_child_main,
-                args=(name, index, job, self.meeting, send, os.getpid()),
+                args=(name, index, job, self.meeting, send, os.getpid(), self._dump(index)),
                 daemon=True,
             )
             with _main_module_left_behind():
@@ -385,7 +391,12 @@ class Supervisor:
                 _kill(child.process)
                 child.conn.close()
             _live.discard(self)
+            if self._dumps:
+                shutil.rmtree(self._dumps, ignore_errors=True)
         return [_outcome(child) for child in self._children]
+
+    def _dump(self, index: int) -> str:
+        return os.path.join(self._dumps, f"{index}.txt")
 
     def kill_all(self) -> None:
         """Kill every child and its process group at once, and reap them (interrupts)."""
@@ -439,10 +450,13 @@ class Supervisor:
         live = [child for child in live if not child.over]
         for child in live:
             if child.since is not None and now - child.since >= self.seconds:
+                threads = stacks.where_threads_were(child.process.pid, self._dump(child.index))
                 _kill(child.process)
                 where = f" ({child.where})" if child.where else ""
                 overrun = deadline.Overrun(deadline.label(child.doing), self.seconds, where)
                 child.problem, child.overran = f"{child.name}: {overrun}", True
+                if threads:
+                    child.problem += f"; its threads were in {scrub(threads)}"
                 deadline.breaker.trip(_in_child(child.doing), self.clause, str(overrun))
             elif not child.heard and now - child.started >= max(self.seconds, START_UP):
                 _kill(child.process)
@@ -536,10 +550,15 @@ def _failure(exc: BaseException) -> str:
 
 
 def _child_main(
-    name: str, index: int, job: Job, meeting: Meeting, conn: Connection, parent: int
+    name: str, index: int, job: Job, meeting: Meeting, conn: Connection, parent: int, dump: str
 ) -> None:
-    """What every child runs: build the job's endpoints, run its calls, report the outcome."""
+    """What every child runs: build the job's endpoints, run its calls, report the outcome.
+
+    Asked with ``SIGUSR1``, it writes its threads' stacks to ``dump`` (the parent asks before
+    it kills a child whose call overran).
+    """
     _bind_to_parent(parent)
+    stacks.arm(dump)
     from conformance._entries import load_entry_class
     from conformance._kit import build_endpoint
 

@@ -47,6 +47,8 @@ class QuotesItsPasswordOnClose(FileTokenStore):
         raise ConnectionError(f"AUTH {self.password} rejected")
 """
 SECRET = {"password": "quoted-secret-value"}
+HANGS_AT = "put (sinks/misbehaving.py:7)"
+"""Where ``Hangs`` blocks: the line of its ``wait``, in the module the fixture writes."""
 DEADLINE = 1.0
 
 
@@ -78,12 +80,14 @@ def workers(
 
 class TestRunWorkers:
     def test_a_worker_whose_put_hangs_is_reported_with_the_call(self, sinks: Path) -> None:
-        """Each hanging worker is killed and reported hung in put, its operation numbered."""
+        """Each hanging worker is killed and reported hung in put, its operation numbered, with
+        the line of the implementation its thread was stuck on."""
         outcomes = workers("Hangs", sinks, count=2)
         assert [outcome.stage for outcome in outcomes] == ["hung", "hung"]
         for number, outcome in enumerate(outcomes):
             assert outcome.error == (
-                f"spawned worker {number}: `put` did not return within 1 s (operation 1 of 2)"
+                f"spawned worker {number}: `put` did not return within 1 s (operation 1 of 2); "
+                f"its threads were in {HANGS_AT}"
             )
             assert outcome.acked == 0
 
@@ -128,7 +132,8 @@ class TestWorkload:
         events, problems = watched(record, Watch(DEADLINE, "FREEZE-5"))
         assert events == []
         assert problems == [
-            "writer: `put` did not return within 1 s (step 1 of writer)",
+            f"writer: `put` did not return within 1 s (step 1 of writer); its threads were in "
+            f"{HANGS_AT}",
             "reader stopped: another lane overran or died",
         ]
 
