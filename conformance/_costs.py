@@ -20,10 +20,10 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = [
     "LARGE_FREEZE_BYTES",
@@ -33,10 +33,12 @@ __all__ = [
     "Beat",
     "CostLedger",
     "Measured",
+    "Spans",
     "payload_bytes",
     "quantile",
     "recording",
     "run_measured",
+    "run_spans",
     "take",
 ]
 
@@ -150,17 +152,110 @@ def run_measured(
     result = loop.run_until_complete(beside())
     seconds = time.perf_counter() - started
     large = payload_bytes(result) if operation == "freeze" else 0
-    recorded = getattr(_local, "calls", None)
-    if recorded is not None:
-        recorded.append(Measured(operation, seconds, holds[0] if holds else 0.0, where))
-    with _lock:
-        if operation in MEASURED:
-            _untaken.latency.setdefault(operation, []).append(seconds)
-        if holds:
-            _untaken.holds.append((holds[0], operation, where))
-        if large:
+    _note(Measured(operation, seconds, holds[0] if holds else 0.0, where), held=bool(holds))
+    if large:
+        with _lock:
             _untaken.freezes.append((seconds, large))
     return result
+
+
+@dataclass
+class Spans:
+    """Calls made at once on one loop (see :func:`run_spans`): each one's operation, span and
+    steps."""
+
+    where: str
+    made: list[tuple[str, float, float, list[tuple[float, float]]]] = field(default_factory=list)
+
+    async def call(self, operation: str, awaitable: Awaitable[T]) -> T:
+        """Await ``awaitable``, a call of ``operation``; note its span and steps if it returns."""
+        stepped = _Stepped(awaitable)
+        started = time.perf_counter()
+        result = await stepped
+        self.made.append((operation, started, time.perf_counter(), stepped.steps))
+        return result
+
+    def measured(self) -> list[Measured]:
+        """Each call's latency, less the time other calls' steps held the loop meanwhile, and
+        its hold, its own longest step.
+
+        A call that holds the loop delays every call then in flight; that delay is the holding
+        call's cost, judged as a hold, not the latency of the calls it delayed.
+        """
+        steps = [(number, step) for number, made in enumerate(self.made) for step in made[3]]
+        calls = []
+        for number, (operation, started, ended, own) in enumerate(self.made):
+            delayed = sum(
+                max(0.0, min(end, ended) - max(begin, started))
+                for other, (begin, end) in steps
+                if other != number
+            )
+            hold = max((end - begin for begin, end in own), default=0.0)
+            calls.append(Measured(operation, ended - started - delayed, hold, self.where))
+        return calls
+
+
+class _Stepped(Generic[T]):
+    """Drives an awaitable step by step, as ``await`` would, noting when each step ran.
+
+    A step is a stretch of the call's own code between two of its suspensions: for as long
+    as it runs, it holds the loop.
+    """
+
+    __slots__ = ("_awaitable", "steps")
+
+    def __init__(self, awaitable: Awaitable[T]) -> None:
+        self._awaitable = awaitable
+        self.steps: list[tuple[float, float]] = []
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        steps = self._awaitable.__await__()
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            started = time.perf_counter()
+            try:
+                yielded = steps.send(sent) if thrown is None else steps.throw(thrown)
+            except StopIteration as done:
+                self.steps.append((started, time.perf_counter()))
+                value: T = done.value
+                return value
+            except BaseException:
+                self.steps.append((started, time.perf_counter()))
+                raise
+            self.steps.append((started, time.perf_counter()))
+            try:
+                sent, thrown = (yield yielded), None
+            except BaseException as error:  # a cancellation, passed on to the call
+                sent, thrown = None, error
+
+
+def run_spans(
+    loop: asyncio.AbstractEventLoop, awaitable: Awaitable[T], spans: Spans, label: str
+) -> T:
+    """Run ``awaitable``, which makes its calls through ``spans``, and note each call as
+    :meth:`Spans.measured` has it.
+
+    How long the loop was held meanwhile, by anything, is noted as one more hold, under
+    ``label``, so that work a store does on the loop outside its calls is seen too.
+    """
+    __tracebackhide__ = True
+    try:
+        return run_measured(loop, awaitable, label, spans.where)
+    finally:
+        for call in spans.measured():
+            _note(call, held=True)
+
+
+def _note(call: Measured, *, held: bool) -> None:
+    recorded = getattr(_local, "calls", None)
+    if recorded is not None:
+        recorded.append(call)
+    with _lock:
+        if call.operation in MEASURED:
+            _untaken.latency.setdefault(call.operation, []).append(call.seconds)
+        if held:
+            _untaken.holds.append((call.hold, call.operation, call.where))
 
 
 def payload_bytes(snapshot: Any) -> int:

@@ -220,6 +220,20 @@ class Kit:
         with _discarded_unless_run(awaitables), self.watch.call(names):
             return costs.run_measured(self.loop, together(), together_as, self.check_id)
 
+    def serve(self, spans: costs.Spans, *lives: Awaitable[Any], calls: Iterable[str]) -> list[Any]:
+        """Run ``lives`` concurrently within one deadline, as a serving loop runs its rollouts;
+        each call of ``calls`` they make through ``spans`` is measured on its own. Exceptions
+        are returned."""
+        __tracebackhide__ = True
+
+        async def together() -> list[Any]:
+            return list(await asyncio.gather(*lives, return_exceptions=True))
+
+        names = sorted(set(calls))
+        label = "concurrent " + ", ".join(names)
+        with _discarded_unless_run(lives), self.watch.call(names):
+            return costs.run_spans(self.loop, together(), spans, label)
+
     def sink(self) -> Endpoint:
         """Build a fresh sink from the target string and kwargs."""
         return self._open(self.settings.sink, dict(self.settings.sink_kwargs), "sink")

@@ -1248,9 +1248,12 @@ CLAUSES: tuple[Clause, ...] = (
             "a blocking acquire; serializing a long-context entry on the loop."
         ),
         hazards=(
-            "Small and long-context puts into several rollouts, one after another and "
-            "concurrently, then marks, freezes and drops, each call watched by a heartbeat "
-            "due every millisecond on its loop."
+            "Eight rollouts served at once, as a serving loop serves them: each puts 14 calls "
+            "one after another, small ones and two long-context ones of 8,192 prompt and "
+            "1,024 generated tokens at turns that differ by rollout, and two are then marked; "
+            "then each rollout is frozen, frozen again and dropped. A call's hold is the "
+            "longest stretch its own code runs without yielding; a heartbeat due every "
+            "millisecond also watches the loop for holds outside any call."
         ),
         checked_by=KIT,
     ),
@@ -1272,7 +1275,11 @@ CLAUSES: tuple[Clause, ...] = (
             "Waiting for a replica or a queue's acknowledgement on every call; a sync per "
             "call where a batch would do; retries with long back-offs on the normal path."
         ),
-        hazards="The COST-1 workload, each call timed from the call to its answer.",
+        hazards=(
+            "The COST-1 workload, each call timed from the call to its answer, less the time "
+            "other calls then in flight held the loop (their hold, which COST-1 judges). Many "
+            "puts are in flight at once, so a store whose calls contend for a lock shows it."
+        ),
         checked_by=KIT,
     ),
     Clause(
@@ -1295,8 +1302,9 @@ CLAUSES: tuple[Clause, ...] = (
             "copying the log once per entry."
         ),
         hazards=(
-            "A rollout of 24 entries of 8,192 prompt and 1,024 generated tokens each, put "
-            "and then frozen three times by a fresh source."
+            "One long conversation of 32 calls, each prompt 2,048 tokens longer than the one "
+            "before (up to NeMo Gym's 65,536) and each generating 1,024 tokens, about 7 MiB "
+            "of token payload, put and then frozen three times by a fresh source."
         ),
         checked_by=KIT,
     ),

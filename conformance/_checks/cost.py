@@ -1,6 +1,6 @@
 """COST: what the target costs the serving loop, held to the run's ``--tokcap-budget``.
 
-Each check runs a small serving-shaped workload of its own and is not claimed unless the
+Each check runs a serving-shaped workload of its own and is not claimed unless the
 budget names a limit of its clause. Calls are measured by :mod:`conformance._costs`, as every
 call the kit makes is; a call that errs fails the basic clause of its operation, never a COST
 clause.
@@ -10,21 +10,27 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
+from typing import Any
 
 from conformance import _steps as step
 from conformance._budget import FREEZE_KEY, HOLD_KEYS, LATENCY_KEYS, shown
-from conformance._costs import Measured, payload_bytes, quantile, recording
+from conformance._costs import Measured, Spans, payload_bytes, quantile, recording
 from conformance._kit import Kit
 from conformance._registry import check
 from conformance._violation import NotClaimed
 
-_ROLLOUTS = 4
-_SMALL_PUTS = 24
-_LARGE_PUTS = 2
+_ROLLOUTS = 8
+_TURNS = 14
+"""Calls a served rollout makes, one after another; its rollouts run at once."""
 _SMALL = (64, 16)
 _LARGE = (8_192, 1_024)
-"""Prompt and generated tokens of a long-context call."""
-_FREEZE_ENTRIES = 24
+"""Prompt and generated tokens of a long-context call while rollouts are served."""
+_FREEZE_ENTRIES = 32
+_FREEZE_GROWTH = (2_048, 1_024)
+"""COST-3's rollout is one long conversation: each call's prompt is this many tokens longer
+than the one before (the last, 65,536, is NeMo Gym's longest), and each generates this many
+tokens. It holds about 7 MiB of token payload, where a read whose cost grows with the square
+of the log's size shows plainly."""
 _FREEZES = 3
 
 
@@ -39,35 +45,58 @@ def _limits(kit: Kit, keys: Iterable[str]) -> dict[str, float]:
     return limits
 
 
+def _turns(kit: Kit, rollout: str, number: int) -> list[Any]:
+    """A rollout's calls: small ones, and two long-context ones at turns that differ by rollout,
+    so that the rollouts' long calls meet only now and then, as they do in serving."""
+    long_turns = {3 + number % 5, 9 + number % 4}
+    return [
+        kit.entries.entry(
+            rollout,
+            f"call-{turn}",
+            prompt_len=(_LARGE if turn in long_turns else _SMALL)[0],
+            generation_len=(_LARGE if turn in long_turns else _SMALL)[1],
+        )
+        for turn in range(_TURNS)
+    ]
+
+
 def _serve(kit: Kit) -> list[Measured]:
-    """Put small and long-context entries into a few rollouts, one at a time and then
-    concurrently; mark, freeze and drop them; return every call as measured."""
+    """Serve a few rollouts at once, each putting its calls one after another (small ones and
+    long-context ones), two of them marked; then freeze, freeze again and drop each rollout.
+    Return every call as measured, each concurrent call on its own."""
     sink, source = kit.sink(), kit.source()
     rollouts = [kit.rollout_id(f"serve{n}") for n in range(_ROLLOUTS)]
+    # Built before the rollouts start: building an entry is the kit's work, not the target's.
+    turns = [_turns(kit, rollout, number) for number, rollout in enumerate(rollouts)]
+    spans = Spans(kit.check_id)
+
+    async def serve(rollout: str, entries: list[Any], marked: bool) -> tuple[str, Any] | None:
+        operation = "put"
+        try:
+            for entry in entries:
+                await spans.call("put", sink.raw.put(entry))
+            if marked:
+                operation = "mark_incomplete"
+                await spans.call("mark_incomplete", sink.raw.mark_incomplete(rollout, "call-0"))
+        except Exception as error:
+            return operation, error
+        return None
+
     with recording() as calls:
-        for number in range(_SMALL_PUTS + _LARGE_PUTS):
-            size = _LARGE if number % 12 == 11 else _SMALL
-            for rollout in rollouts:
-                entry = kit.entries.entry(
-                    rollout, f"call-{number}", prompt_len=size[0], generation_len=size[1]
-                )
-                step.put(kit, sink, entry, clause="PUT-1")
-        together = [
-            sink.raw.put(kit.entries.entry(rollout, f"late-{n}", prompt_len=64, generation_len=16))
-            for n in range(2)
-            for rollout in rollouts
+        lives = [
+            serve(rollout, entries, number < 2)
+            for number, (rollout, entries) in enumerate(zip(rollouts, turns, strict=True))
         ]
-        errors = [error for error in kit.gather(*together) if isinstance(error, BaseException)]
-        if errors:
-            error = errors[0]
+        for ended in kit.serve(spans, *lives, calls=("put", "mark_incomplete")):
+            if ended is None:
+                continue
+            operation, error = ended if isinstance(ended, tuple) else ("put", ended)
             kit.fail(
-                clause="PUT-1",
-                expected="concurrent puts into several rollouts to be acked",
+                clause="PUT-1" if operation == "put" else "MASK-1",
+                expected=f"every {operation} of rollouts served at once to be acked",
                 observed=kit.redact(f"{type(error).__name__}: {error}"),
-                hint="the contract allows no error for a valid put",
+                hint=f"the contract allows no error for a valid {operation}",
             )
-        for rollout in rollouts[:2]:
-            step.mark(kit, sink, rollout, "call-0", clause="MASK-1")
         for rollout in rollouts:
             step.freeze(kit, source, rollout, clause="FREEZE-1")
             view = step.freeze(kit, source, rollout, clause="FREEZE-1")
@@ -133,7 +162,10 @@ def freeze_per_mib(kit: Kit) -> None:
     rollout = kit.rollout_id("large")
     for number in range(_FREEZE_ENTRIES):
         entry = kit.entries.entry(
-            rollout, f"call-{number}", prompt_len=_LARGE[0], generation_len=_LARGE[1]
+            rollout,
+            f"call-{number}",
+            prompt_len=(number + 1) * _FREEZE_GROWTH[0],
+            generation_len=_FREEZE_GROWTH[1],
         )
         step.put(kit, sink, entry, clause="PUT-1")
     source = kit.source()

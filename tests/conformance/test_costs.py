@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,98 @@ class TestRunMeasured:
         (call,) = calls
         assert call.seconds >= 0.3
         assert call.hold < 0.25
+
+
+class TestRunSpans:
+    """Calls in flight at once: each is charged with its own holds, not its neighbours'."""
+
+    def _serve(self, *lives: Any) -> list[costs.Measured]:
+        loop = asyncio.new_event_loop()
+        spans = costs.Spans("here")
+
+        async def together() -> list[Any]:
+            return list(await asyncio.gather(*(life(spans) for life in lives)))
+
+        try:
+            with costs.recording() as calls:
+                costs.run_spans(loop, together(), spans, "concurrent put")
+        finally:
+            loop.close()
+        return calls
+
+    def test_a_call_that_blocks_the_loop_holds_it_and_delays_no_one_else(self) -> None:
+        """The blocking call's hold is its block; the block is left out of the latency of the
+        call in flight beside it, and the loop's hold over both is noted once."""
+
+        async def block() -> None:
+            time.sleep(0.15)
+
+        async def blocks(spans: costs.Spans) -> None:
+            await asyncio.sleep(0.01)
+            await spans.call("put", block())
+
+        async def awaits(spans: costs.Spans) -> None:
+            await spans.call("freeze", asyncio.sleep(0.2))
+
+        calls = self._serve(blocks, awaits)
+        by = {call.operation: call for call in calls}
+        assert set(by) == {"put", "freeze", "concurrent put"}
+        assert by["put"].hold >= 0.15
+        assert by["freeze"].hold < 0.01
+        # 0.2 s of waiting, less the put's block of 0.15 s, which is the put's hold.
+        assert 0.03 <= by["freeze"].seconds < 0.1
+        assert by["concurrent put"].hold >= 0.14  # the heartbeat sees it a period short
+
+    def test_a_call_that_waits_is_slow_without_holding(self) -> None:
+        """Waiting (a back-off, a remote acknowledgement) counts as latency, never as hold."""
+
+        async def backs_off(spans: costs.Spans) -> None:
+            await spans.call("put", asyncio.sleep(0.2))
+
+        (put, whole) = sorted(self._serve(backs_off), key=lambda call: call.operation != "put")
+        assert put.seconds >= 0.2
+        assert put.hold < 0.05
+        assert whole.operation == "concurrent put"
+
+    def test_a_call_that_raises_passes_its_error_on_and_is_not_measured(self) -> None:
+        """An error reaches the caller through the stepping, and the call is not noted."""
+
+        async def fails() -> None:
+            await asyncio.sleep(0)
+            raise ConnectionError("refused")
+
+        seen: list[BaseException] = []
+
+        async def calls_it(spans: costs.Spans) -> None:
+            try:
+                await spans.call("put", fails())
+            except ConnectionError as error:
+                seen.append(error)
+
+        calls = self._serve(calls_it)
+        assert [str(error) for error in seen] == ["refused"]
+        assert [call.operation for call in calls] == ["concurrent put"]
+
+    def test_a_cancelled_call_is_cancelled_inside(self) -> None:
+        """A cancellation reaches the call's own code, as a plain ``await`` would pass it."""
+        reached: list[str] = []
+
+        async def waits() -> None:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                reached.append("cancelled")
+                raise
+
+        async def cancels(spans: costs.Spans) -> None:
+            task = asyncio.ensure_future(spans.call("put", waits()))
+            await asyncio.sleep(0.01)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+        self._serve(cancels)
+        assert reached == ["cancelled"]
 
 
 class TestReport:

@@ -1,8 +1,8 @@
 """COST mutants: correct stores that cost the serving loop more than the default budget allows.
 
-Each is judged with ``--tokcap-budget=default`` and keeps every other promise; its cost shows
-only on long-context calls, as it would in production, where the short calls of a test suite
-hide it.
+Each is the reference file store, judged with ``--tokcap-budget=default``, and keeps every other
+promise; its cost shows only on long-context calls, as it would in production, where the short
+calls of a test suite hide it.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import asyncio
 import time
 from typing import ClassVar
 
-from base import BaseStore
-
+from reference.file_store import FileTokenStore
 from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry
 
@@ -25,7 +24,7 @@ def _long(entry: TokenEntry) -> bool:
     return len(entry.prompt_token_ids) >= LONG_CONTEXT
 
 
-class BlockingUploadPut(BaseStore):
+class BlockingUploadPut(FileTokenStore):
     """COST-1: a long-context entry is uploaded with a blocking client inside ``put``.
 
     Short entries go into the local log; long ones are sent to an object store with a
@@ -38,11 +37,11 @@ class BlockingUploadPut(BaseStore):
 
     async def put(self, entry: TokenEntry) -> None:
         if isinstance(entry, TokenEntry) and _long(entry):
-            time.sleep(0.2)  # the blocking upload
+            time.sleep(0.15)  # the blocking upload
         await super().put(entry)
 
 
-class WaitsForReplicaAck(BaseStore):
+class WaitsForReplicaAck(FileTokenStore):
     """COST-2: a long-context put waits for a replica's acknowledgement before it returns.
 
     The wait is awaited, so the loop stays free, but every long call's answer to the model
@@ -58,7 +57,7 @@ class WaitsForReplicaAck(BaseStore):
             await asyncio.sleep(0.8)  # the replica's acknowledgement
 
 
-class FetchesEachEntryOnFreeze(BaseStore):
+class FetchesEachEntryOnFreeze(FileTokenStore):
     """COST-3: freeze fetches each long-context entry's payload with a round trip of its own.
 
     The snapshot is right, and a freeze of short calls is quick; a rollout of long calls costs
