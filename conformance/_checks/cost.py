@@ -14,7 +14,14 @@ from typing import Any
 
 from conformance import _steps as step
 from conformance._budget import FREEZE_KEY, HOLD_KEYS, LATENCY_KEYS, shown
-from conformance._costs import Measured, Spans, payload_bytes, quantile, recording
+from conformance._costs import (
+    Measured,
+    Spans,
+    heap_set_aside,
+    payload_bytes,
+    quantile,
+    recording,
+)
 from conformance._kit import Kit
 from conformance._registry import check
 from conformance._violation import NotClaimed
@@ -82,7 +89,7 @@ def _serve(kit: Kit) -> list[Measured]:
             return operation, error
         return None
 
-    with recording() as calls:
+    with heap_set_aside(), recording() as calls:
         lives = [
             serve(rollout, entries, number < 2)
             for number, (rollout, entries) in enumerate(zip(rollouts, turns, strict=True))
@@ -169,7 +176,7 @@ def freeze_per_mib(kit: Kit) -> None:
         )
         step.put(kit, sink, entry, clause="PUT-1")
     source = kit.source()
-    with recording() as calls:
+    with heap_set_aside(), recording() as calls:
         views = [step.freeze(kit, source, rollout, clause="FREEZE-1") for _ in range(_FREEZES)]
     seconds = [call.seconds for call in calls if call.operation == "freeze"]
     size = payload_bytes(views[-1].raw)
