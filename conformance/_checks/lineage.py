@@ -343,9 +343,8 @@ def never_guesses(kit: Kit) -> None:
     bare = _first(kit, rollout, continuation_context_digest="")
     step.put(kit, sink, bare.entry)
     case("an entry whose recorded context digest is empty", rollout, _continues(bare))
-    deleted = _deleted(kit, resolver, sink)
-    if deleted is not None:
-        case("a call of a deleted attempt, its rollout id used again", *deleted)
+    for deleted in _deleted(kit, resolver, sink):
+        case(*deleted)
     base = kit.rollout_id("Iso")
     # A conversation no other rollout had: a resolver that looks further than the rollout
     # finds this one parent, not a crowd of look-alike ones.
@@ -382,22 +381,34 @@ def never_guesses(kit: Kit) -> None:
         )
 
 
-def _deleted(kit: Kit, resolver: Endpoint, sink: Endpoint) -> tuple[str, Items] | None:
-    """A rollout whose call was resolved, then deleted, then used again by a new attempt with
-    the same call id: the continuation of the deleted call, or None without ``delete``."""
+def _deleted(kit: Kit, resolver: Endpoint, sink: Endpoint) -> list[tuple[str, str, Items]]:
+    """Rollouts whose call was resolved, then deleted, then used again by a new attempt: one
+    with the same call id, one with another (a resolver's index of call ids that a delete never
+    pruned still holds the old one). The continuation of each deleted call; none without
+    ``delete``."""
     source = kit.source()
     if not source.has("delete") or kit.claims("no-delete"):
-        return None
-    rollout = kit.rollout_id("reused")
-    gone = _first(kit, rollout, call_id="call-0")
-    step.put(kit, sink, gone.entry)
-    _warm(kit, resolver, rollout, _continues(gone))
-    if step.raises(source.delete, [rollout]) is not None:
-        return None  # what delete must do is EXT-RETIRE-1's to judge
-    again = CHAT.ask("Weather in Rome?")
-    attempt = captured(kit, rollout, again, CHAT.answer("Rome.", "t1"), call_id="call-0")
-    step.put(kit, kit.sink(), attempt.entry)
-    return rollout, _continues(gone)
+        return []
+    again_sink, cases = kit.sink(), []
+    for label, reused in (("reused", "call-0"), ("renumbered", "call-1")):
+        rollout = kit.rollout_id(label)
+        gone = _first(kit, rollout, call_id="call-0")
+        step.put(kit, sink, gone.entry)
+        _warm(kit, resolver, rollout, _continues(gone))
+        if step.raises(source.delete, [rollout]) is not None:
+            return []  # what delete must do is EXT-RETIRE-1's to judge
+        again = CHAT.ask("Weather in Rome?")
+        attempt = captured(kit, rollout, again, CHAT.answer("Rome.", "t1"), call_id=reused)
+        step.put(kit, again_sink, attempt.entry)
+        what = "the same call id" if reused == "call-0" else "another call id"
+        cases.append(
+            (
+                f"a call of a deleted attempt, its rollout id used again with {what}",
+                rollout,
+                _continues(gone),
+            )
+        )
+    return cases
 
 
 def _conflicted(kit: Kit, sink: Endpoint) -> tuple[str, Items] | None:

@@ -85,6 +85,28 @@ class IndexedOnce(_Resolving):
         return self._index[rollout_id]
 
 
+class MergedCallIndex(_Resolving):
+    """LINEAGE-3: each resolve merges the rollout's entries into an index of call ids that is
+    kept per rollout and never pruned.
+
+    Every put is seen at once, but a call of an attempt deleted with its rollout stays in the
+    index: asked for after the rollout id was used again with other call ids, it resolves.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-3"
+    flags: ClassVar[tuple[str, ...]] = _flags("MergedCallIndex")
+
+    def __init__(self, root: Any, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+        self._merged: dict[str, dict[str, TokenEntry]] = {}
+
+    async def entries_of(self, rollout_id: str) -> tuple[TokenEntry, ...]:
+        merged = self._merged.setdefault(rollout_id, {})
+        for entry in await self.peek(rollout_id):
+            merged[entry.model_call_id] = entry
+        return tuple(merged.values())
+
+
 class _AnswersOtherwise(_Resolving):
     """Resolves where the correct resolver does, then answers with :meth:`answer`."""
 
