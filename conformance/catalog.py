@@ -1218,12 +1218,12 @@ CLAUSES: tuple[Clause, ...] = (
             " of the parent's; an entry stamped with version 1; twin calls whose ids differ only "
             "by case, padding, unicode form, a compatibility character, a tab or a separator; an "
             "entry with an empty context digest; a rollout resolved, deleted and written again "
-            "under the same call id, and one under another call id; a parent in another rollout asked in one with calls of its "
-            "own; a call acked with two payloads (a silent conflict). Random programs of new, "
-            "identical and conflicting puts, marks, freezes, `delete` and `retire` over two "
-            "rollouts whose ids differ by case, each call asked about by a long-lived and by "
-            "fresh resolvers, judged from what the sink acknowledged (LINEAGE-1 and LINEAGE-2 "
-            "too)."
+            "under the same call id, and one under another call id; a parent in another rollout "
+            "asked in one with calls of its own; a call acked with two payloads (a silent "
+            "conflict). Random programs of new, identical and conflicting puts, marks, freezes, "
+            "`delete` and `retire` over two rollouts whose ids differ by case, each call asked "
+            "about by a long-lived and by fresh resolvers, judged from what the sink acknowledged"
+            " (LINEAGE-1 and LINEAGE-2 too)."
         ),
         checked_by=KIT,
     ),
