@@ -34,12 +34,14 @@ class Budget:
     """Model steps the history checker may take per rollout before saying unknown."""
     reopens: int
     """Times one model-based program may close and rebuild its sink and source."""
+    fresh_stores: int
+    """Brand-new stores that spawned workers race to set up at one moment."""
 
 
 _BUDGETS = {
-    "quick": Budget(2, 1, 8, 2, 8, 8, 15, 50_000, 1),
-    "ci": Budget(3, 1, 30, 3, 12, 40, 40, 200_000, 1),
-    "thorough": Budget(4, 2, 120, 4, 40, 200, 60, 2_000_000, 3),
+    "quick": Budget(2, 1, 8, 2, 8, 8, 15, 50_000, 1, 1),
+    "ci": Budget(3, 1, 30, 3, 12, 40, 40, 200_000, 1, 3),
+    "thorough": Budget(4, 2, 120, 4, 40, 200, 60, 2_000_000, 3, 6),
 }
 
 

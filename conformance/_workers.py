@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import importlib
 import json
 import multiprocessing
 import os
@@ -569,6 +570,8 @@ def _child_main(
     progress = Progress(conn)
     try:
         entry = load_entry_class(job.entry_class)
+        for _, target, _ in builds:
+            _import_early(target)
         if meeting.build and not meeting.arrive_built(STRAGGLE):
             raise TimeoutError(f"its siblings did not start within {STRAGGLE:g} s")
         endpoints: dict[str, Any] = {}
@@ -592,6 +595,18 @@ def _child_main(
         error = scrub(f"{name} stopped: {_failure(exc)}")
         outcome = WorkerOutcome("operation", progress.acked, error)
     progress.result(outcome)
+
+
+def _import_early(target: str) -> None:
+    """Import ``target``'s module now, so that workers meeting to build construct at one moment.
+
+    Imports take each worker a different time; done after the meeting they would spread the
+    constructions out, and a race between them would rarely happen. A module that fails to
+    import fails again in the build, which reports it.
+    """
+    module_name = target.partition(":")[0]
+    with contextlib.suppress(Exception):
+        importlib.import_module(module_name)
 
 
 def _bind_to_parent(parent: int) -> None:

@@ -403,12 +403,14 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         how_broken=(
             "Creating a table or directory without tolerating that it exists; migrations run by "
-            "every constructor; lock files held while constructing."
+            "every constructor; a setup that looks for a marker it writes last; lock files held "
+            "while constructing."
         ),
         hazards=(
-            "Four spawned workers released together to construct their sinks, on the run's "
-            "store and (when the kwargs use `{tmp_path}`) on a new empty folder nothing was "
-            "ever built on."
+            "Three spawned workers released together to construct their sinks, on the run's "
+            "store and (when the kwargs use `{tmp_path}`) on new empty folders nothing was "
+            "ever built on, three of them under ci. Each worker imports the target before the "
+            "workers meet, so that their constructions start at one moment."
         ),
         checked_by=KIT,
     ),
@@ -513,8 +515,9 @@ CLAUSES: tuple[Clause, ...] = (
             "An 8,192/2,048-token entry with `-inf` and `-0.0` log probs, full 64-bit floats, "
             "token ids 0 and 2**31-1, unicode model names and texts, routed experts or None, "
             "fractional timestamps and an extra field holding every line break "
-            "`str.splitlines` knows (U+2028, U+2029 and U+0085 among them); then entries "
-            "drawn over every field."
+            "`str.splitlines` knows (U+2028, U+2029 and U+0085 among them); text holding a "
+            "lone surrogate, which a store may refuse but, once it acked it, must give back; "
+            "then entries drawn over every field."
         ),
         checked_by=KIT,
     ),
@@ -921,7 +924,8 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "Marks of a call that has an entry, from a fresh sink here and from a spawned "
             "worker, seen by fresh sources; a worker's mark of a rollout this process froze "
-            "before, seen by a fresh source and by the one that froze it."
+            "before, seen by a fresh source and by the one that froze it; a mark on a rollout "
+            "nothing was put into yet."
         ),
         checked_by=KIT,
     ),
@@ -1024,7 +1028,8 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             'Marks with `""`, odd call ids and calls no entry has, on empty rollouts and on '
             "rollouts with entries; a mark after a drop, and a freeze after that masked "
-            "snapshot was dropped as well."
+            "snapshot was dropped as well. A mark lost on a rollout with no entry whatever its "
+            "call id is MASK-1's."
         ),
         checked_by=KIT,
     ),
@@ -1039,9 +1044,13 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         how_broken=(
             "A client that raises when closed twice; a `close` that clears attributes and then "
-            "uses them on the second call."
+            "uses them on the second call; a `close` that assumes a pool or connection the "
+            "first operation opens."
         ),
-        hazards=("`close` twice on a sink and on a source."),
+        hazards=(
+            "`close` twice on a sink and on a source, unused and after every operation. A close "
+            "that raises while another check tidies up is left to this clause."
+        ),
         checked_by=KIT,
     ),
     Clause(

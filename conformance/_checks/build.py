@@ -6,6 +6,7 @@ import json
 import secrets
 from typing import Any
 
+from conformance import _steps as step
 from conformance._kit import Kit, build_endpoint, unexpected_error
 from conformance._registry import basic, check
 from conformance._targets import resolve
@@ -56,7 +57,7 @@ def config_build_sink(kit: Kit) -> None:
             )
     finally:
         for built in (first, second):
-            kit.run(built.close())
+            step.close(kit, built)
 
 
 @check("BUILD-2", "unknown-kwarg-secret")
@@ -89,7 +90,7 @@ def unknown_kwarg_secret(kit: Kit) -> None:
                 hint="errors should say which target and which kwarg names were refused",
             )
     else:
-        kit.run(endpoint.close())
+        step.close(kit, endpoint)
 
 
 def _used_as_built(kit: Kit, built: Any, canary: str) -> None:
@@ -116,7 +117,7 @@ def _used_as_built(kit: Kit, built: Any, canary: str) -> None:
                     "a serving process mid-rollout, not the operator at startup",
                 )
     finally:
-        kit.run(built.close())
+        step.close(kit, built)
 
 
 @basic("BUILD-1", "builds")

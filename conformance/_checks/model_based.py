@@ -34,6 +34,7 @@ from conformance._kit import Endpoint, Kit
 from conformance._profiles import budget
 from conformance._programs import run_programs
 from conformance._registry import check
+from conformance._steps import close as close_endpoint
 from conformance._violation import ExtensionMissing, fail
 
 ROLLOUTS = st.integers(min_value=0, max_value=3)
@@ -182,8 +183,8 @@ def _program(
         @precondition(lambda self: self.reopened < reopens)
         @rule()
         def close_and_reopen(self) -> None:
-            kit.run(self.sink.raw.close())
-            kit.run(self.source.raw.close())
+            close_endpoint(kit, self.sink.raw, judged=True)
+            close_endpoint(kit, self.source.raw, judged=True)
             self.sink, self.source = kit.sink(), kit.source()
             live.append((self.sink, self.source))
             self.reopened += 1

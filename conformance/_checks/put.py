@@ -129,6 +129,7 @@ def exact_round_trip(kit: Kit) -> None:
     step.put(kit, sink, big)
     _expect_round_trip(kit, big, step.freeze(kit, source, rollout))
     _edited_after_put(kit, sink)
+    _lone_surrogates(kit, sink)
     plain_calls = st.integers(0, 2**20).map(lambda n: f"gen-{n}")
 
     @_property_settings(20)
@@ -163,6 +164,25 @@ def _edited_after_put(kit: Kit, sink: Endpoint) -> None:
             hint="copy the entry's lists (or its encoded bytes) before put returns; never keep "
             "a reference to the caller's object",
         )
+
+
+def _lone_surrogates(kit: Kit, sink: Endpoint) -> None:
+    """Text holding a lone surrogate (which a JSON ``\\ud83d`` escape decodes to) is kept, or
+    refused.
+
+    UTF-8 cannot encode it, so a store may raise on the put; what it may not do is ack the
+    entry and hand back other text (an encoder told to replace what it cannot encode).
+    """
+    base = kit.entries.hazardous(kit.rollout_id("surrogate"), prompt_len=16, generation_len=4)
+    fields = record_fields(base)
+    items = [dict(item) for item in fields["output_items"]]
+    items[0]["content"] = "half an emoji: \ud83d."
+    fields["output_items"] = items
+    fields["x_extra_field"] = {"note": "\udc80 stray byte", "n": 1}
+    entry = kit.entries.build(**fields)
+    if step.raises(sink.put, entry) is not None:
+        return
+    _expect_round_trip(kit, entry, step.freeze(kit, kit.source(), entry_view(entry).rollout_id))
 
 
 def _edit_lists(entry: Any) -> bool:

@@ -28,9 +28,8 @@ def _expect_protocol(
                 hint=f"declare the three methods with 'async def' on the {role} class",
             )
     finally:
-        closing = getattr(built, "close", None)
-        if inspect.iscoroutinefunction(closing):
-            kit.run(closing())
+        if inspect.iscoroutinefunction(getattr(built, "close", None)):
+            step.close(kit, built)
 
 
 @check("SHAPE-1", "sink-protocol")
@@ -168,6 +167,5 @@ def basic_shapes(kit: Kit) -> None:
             if protocol is TokenSource:
                 step.expect_drop_shape(Endpoint(kit, built, "source"))
         finally:
-            closing = getattr(built, "close", None)
-            if callable(closing) and inspect.iscoroutinefunction(closing):
-                kit.run(closing())
+            if inspect.iscoroutinefunction(getattr(built, "close", None)):
+                step.close(kit, built)

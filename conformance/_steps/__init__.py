@@ -7,6 +7,7 @@ sees which lines are the contract's operations: ``step.put(kit, sink, entry)``.
 from conformance._steps.elsewhere import construct, freeze_elsewhere, visible_after
 from conformance._steps.operations import (
     call_of,
+    close,
     describe,
     drop,
     expect,
@@ -36,6 +37,7 @@ from conformance._steps.spawned import (
 
 __all__ = [
     "call_of",
+    "close",
     "construct",
     "describe",
     "drop",

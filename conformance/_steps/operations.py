@@ -111,6 +111,31 @@ def mark(
     _step(kit, blamed, doing, sink.mark_incomplete, rollout_id, model_call_id)
 
 
+def close(kit: Kit, endpoint: Any, *, judged: bool = False) -> None:
+    """Close ``endpoint`` (an implementation object) that a check built for another purpose.
+
+    Whether close raises is CLOSE-1's to judge, and its check closes sinks and sources, unused
+    and used, twice each: an error is ignored here, or with ``judged`` (a close the check's
+    own program makes, between its steps) a violation of CLOSE-1. A close that overruns the
+    deadline stops the check either way.
+    """
+    __tracebackhide__ = True
+    try:
+        kit.run(endpoint.close())
+    except ClauseViolation:
+        if judged:
+            raise
+    except Exception as exc:
+        if judged:
+            fail(
+                "CLOSE-1",
+                expected=f"{type(endpoint).__name__}.close() to succeed",
+                observed=kit.redact(f"{type(exc).__name__}: {exc}")[:300],
+                hint="close() must succeed whatever the instance did: unused, after any "
+                "operation, and again once closed",
+            )
+
+
 def freeze(
     kit: Kit, source: Endpoint, rollout_id: str, *, clause: str | None = None
 ) -> SnapshotView:

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from base import BaseStore, RolloutFileState
 
+from tokcap_spec.protocols import TokenCaptureSnapshot
 from tokcap_spec.records import TokenEntry
 
 
@@ -45,6 +46,39 @@ class CloseReleasesHandleTwice(BaseStore):
         folder = getattr(self, "_folder", None)
         if folder is not None:
             os.close(folder)
+        await super().close()
+
+
+class CloseAssumesUse(BaseStore):
+    """CLOSE-1: closing an instance that never ran an operation raises.
+
+    The store starts its worker pool at the first operation, and close shuts the pool down
+    without asking whether there is one: a serving process that built its sink and shut down
+    before any rollout came crashes on the way out.
+    """
+
+    breaks: ClassVar[str] = "CLOSE-1"
+
+    async def put(self, entry: TokenEntry) -> None:
+        self._pool = object()
+        await super().put(entry)
+
+    async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
+        self._pool = object()
+        await super().mark_incomplete(rollout_id, model_call_id)
+
+    async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
+        self._pool = object()
+        return await super().freeze(rollout_id)
+
+    async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
+        self._pool = object()
+        return await super().drop(rollout_id, snapshot_id=snapshot_id, version=version)
+
+    async def close(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is None and not self.closed:
+            raise AttributeError("'NoneType' object has no attribute 'shutdown'")
         await super().close()
 
 

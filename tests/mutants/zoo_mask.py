@@ -312,6 +312,20 @@ class MarksOnlyKnownCalls(BaseStore):
             super().apply_mark(rollout_id, state, call)
 
 
+class MarkNeedsARollout(BaseStore):
+    """MASK-1: a mark on a rollout nothing was written to yet is acked and not kept.
+
+    The store finds no state file and so nothing to flag; but a rollout's first call can fail
+    before any put, and its mark is then lost.
+    """
+
+    breaks: ClassVar[str] = "MASK-1"
+
+    def apply_mark(self, rollout_id: str, state: RolloutFileState, call: str) -> None:
+        if os.path.exists(self.state_path(rollout_id)):
+            super().apply_mark(rollout_id, state, call)
+
+
 class DropClearsLateMarks(BaseStore):
     """MASK-6: a dropped rollout keeps late marks until the next drop, which clears them.
 

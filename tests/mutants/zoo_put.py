@@ -143,6 +143,26 @@ class Float32LogProbs(BaseStore):
         return TokenEntry(**data).to_json_bytes().decode("utf-8")
 
 
+class ReplacesUnencodable(BaseStore):
+    """PUT-2: entries are stored as readable UTF-8 JSON, encoded with ``errors="replace"``.
+
+    Readable files keep non-ASCII text as it is, and "replace" was chosen so that an odd string
+    could never fail a put; a lone surrogate (which a JSON ``\\ud83d`` escape decodes to) is
+    stored as ``?`` and comes back changed.
+    """
+
+    breaks: ClassVar[str] = "PUT-2"
+
+    def encode(self, entry: TokenEntry) -> str:
+        text = json.dumps(
+            entry.model_dump(mode="python", warnings=False), sort_keys=True, ensure_ascii=False
+        )
+        return text.encode("utf-8", errors="replace").decode("utf-8")
+
+    def decode(self, stored: str) -> TokenEntry:
+        return TokenEntry(**json.loads(stored))
+
+
 class InfinityBecomesZero(BaseStore):
     """PUT-2: ``-inf`` log probs are written as JSON null and read back as 0.0.
 

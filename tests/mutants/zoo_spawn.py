@@ -117,6 +117,29 @@ class ExclusiveOpen(BaseStore):
         await super().close()
 
 
+class UnguardedMigration(BaseStore):
+    """SPAWN-2: a new store's shard folders are laid out by whichever builder finds none.
+
+    The layout step looks for the format file it writes last and, finding none, creates the
+    folders, without a lock and without tolerating ones that exist: workers that build on a
+    brand-new store at the same moment all find none, and all but one fail on a folder another
+    just created.
+    """
+
+    breaks: ClassVar[str] = "SPAWN-2"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        shards = os.path.join(self.root, "shards")
+        laid_out = os.path.join(shards, "FORMAT")
+        if not os.path.exists(laid_out):
+            os.makedirs(shards, exist_ok=True)
+            for number in range(256):
+                os.mkdir(os.path.join(shards, f"{number:02x}"))
+            with open(laid_out, "w", encoding="ascii") as handle:
+                handle.write("1\n")
+
+
 _RECORDS: dict[str, str] = {}
 
 
