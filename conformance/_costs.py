@@ -195,6 +195,10 @@ class Spans:
         self.made.append((operation, started, time.perf_counter(), stepped.steps))
         return result
 
+    def holds(self) -> list[float]:
+        """Each call's hold so far: its own longest step."""
+        return [max((end - begin for begin, end in made[3]), default=0.0) for made in self.made]
+
     def measured(self) -> list[Measured]:
         """Each call's latency, less the time other calls' steps held the loop meanwhile, and
         its hold, its own longest step.

@@ -685,10 +685,12 @@ CLAUSES: tuple[Clause, ...] = (
             "order as turn order rebuilds a different conversation from a different store."
         ),
         how_broken=(
-            "Append logs replayed without de-duplication; merging shards that each hold a copy."
+            "Append logs replayed without de-duplication; merging shards that each hold a copy; "
+            "a sink that recognises re-puts only of the calls it put itself."
         ),
         hazards=(
-            "The same calls put over and over, in both orders, then frozen from a fresh source."
+            "The same calls put over and over, in both orders, then frozen from a fresh source; "
+            "identical re-puts from another sink, fresh and long-lived."
         ),
         checked_by=KIT,
     ),
@@ -1262,7 +1264,8 @@ CLAUSES: tuple[Clause, ...] = (
             "1,024 generated tokens at turns that differ by rollout, and two are then marked; "
             "then each rollout is frozen, frozen again and dropped. A call's hold is the "
             "longest stretch its own code runs without yielding; a heartbeat due every "
-            "millisecond also watches the loop for holds outside any call."
+            "millisecond also watches the loop for holds outside any call. Serving stops once "
+            "the holds seen already break the budget, whatever the calls not made yet show."
         ),
         checked_by=KIT,
     ),

@@ -145,19 +145,31 @@ def basic_one_rollout(kit: Kit) -> None:
         _EMPTY_AND_CLEAN,
         clause="FREEZE-4",
     )
-    again = kit.rollout_id("reput")
-    twice = kit.entries.entry(again)
-    step.put(kit, sink, twice, clause="PUT-3")
-    step.put(kit, kit.sink(), twice, clause="PUT-3")
-    frozen = step.freeze(kit, source, again, clause="PUT-3")
-    step.expect(
-        kit,
-        len(frozen.entries) == 1 and not frozen.incomplete,
-        "one clean entry after an identical re-put",
-        step.describe(frozen),
-        "an identical re-put is a no-op",
-        clause="PUT-3",
-    )
+    for how in ("", " from another sink"):
+        again = kit.rollout_id("reput")
+        twice = kit.entries.entry(again)
+        step.put(kit, sink, twice, clause="PUT-3")
+        step.put(kit, kit.sink() if how else sink, twice, clause="PUT-3")
+        frozen = step.freeze(kit, source, again, clause="PUT-3")
+        # A sink that appends every re-put breaks PUT-3; one that knows only its own puts, so
+        # that another sink's re-put lists the call twice, breaks FREEZE-3 (as two long-lived
+        # sinks re-putting each other's calls do).
+        step.expect(
+            kit,
+            len(frozen.entries) == 1 or not how,
+            "one entry for the call after an identical re-put from another sink",
+            step.describe(frozen),
+            "key entries by model_call_id in the store, not in what one sink remembers",
+            clause="FREEZE-3",
+        )
+        step.expect(
+            kit,
+            len(frozen.entries) == 1 and not frozen.incomplete,
+            f"one clean entry after an identical re-put{how}",
+            step.describe(frozen),
+            "an identical re-put is a no-op",
+            clause="PUT-3",
+        )
     step.raises(kit.sink().put, twice)
     step.expect(
         kit,

@@ -218,3 +218,39 @@ class TestReport:
         outcomes = {c: e["outcome"] for c, e in report["clauses"].items() if c.startswith("COST")}
         assert outcomes == dict.fromkeys(("COST-1", "COST-2", "COST-3"), "not-claimed")
         assert "#### Costs" in verdicts.as_markdown()
+
+
+class HoldsOnEveryPut:
+    """A store whose every put holds the loop for 120 ms; it counts the puts it was sent."""
+
+    puts = 0
+
+    def __init__(self) -> None:
+        from reference.memory_store import MemoryTokenStore
+
+        self._store = MemoryTokenStore("holds-on-every-put")
+
+    async def put(self, entry: Any) -> None:
+        type(self).puts += 1
+        time.sleep(0.12)
+        await self._store.put(entry)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+class TestSettledEarly:
+    def test_serving_stops_once_the_hold_limit_is_certainly_broken(self) -> None:
+        """COST-1 fails as soon as its verdict is certain, without serving every rollout to the
+        end: a store whose cost grows with what it holds would otherwise run for minutes."""
+        HoldsOnEveryPut.puts = 0
+        verdicts = run_conformance(
+            f"{__name__}:HoldsOnEveryPut",
+            capabilities=["process-local"],
+            select=["COST-1"],
+            budget="loop-hold-max=100ms",
+        )
+        outcome = verdicts.as_json()["clauses"]["COST-1"]
+        assert outcome["outcome"] == "failed", outcome["message"]
+        assert "longest" in outcome["message"]
+        assert 1 <= HoldsOnEveryPut.puts < 14 * 8

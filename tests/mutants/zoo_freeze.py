@@ -206,6 +206,34 @@ class StaleIndexAppends(BaseStore):
         known.add(call)
 
 
+class OwnPutsDeduplicated(BaseStore):
+    """FREEZE-3: a sink recognises re-puts only of calls it put itself.
+
+    Each instance keeps the digests of the entries it acked and appends any other put to the
+    log without looking there: a retry that lands on another serving process (a fresh sink)
+    logs the call a second time, and the snapshot lists it twice.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-3"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._acked: set[tuple[str, str, str]] = set()
+
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
+        mine = (rollout_id, call, payload)
+        if call in state.entries and mine not in self._acked and state.entries[call] == payload:
+            self.refuse_retired(rollout_id, state)
+            if state.frozen and self.fence == "strict":
+                super().apply_put(rollout_id, state, call, payload)
+                return
+            state.entries[f"{call}\x00again-{len(state.entries)}"] = payload
+            self.bump(state)
+        else:
+            super().apply_put(rollout_id, state, call, payload)
+        self._acked.add(mine)
+
+
 class UnknownIsIncomplete(BaseStore):
     """FREEZE-4: a rollout that was never written freezes incomplete.
 
