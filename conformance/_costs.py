@@ -208,14 +208,14 @@ class Spans:
         """
         steps = [(number, step) for number, made in enumerate(self.made) for step in made[3]]
         calls = []
-        for number, (operation, started, ended, own) in enumerate(self.made):
+        holds = self.holds()
+        for number, (operation, started, ended, _) in enumerate(self.made):
             delayed = sum(
                 max(0.0, min(end, ended) - max(begin, started))
                 for other, (begin, end) in steps
                 if other != number
             )
-            hold = max((end - begin for begin, end in own), default=0.0)
-            calls.append(Measured(operation, ended - started - delayed, hold, self.where))
+            calls.append(Measured(operation, ended - started - delayed, holds[number], self.where))
         return calls
 
 

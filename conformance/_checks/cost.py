@@ -68,8 +68,12 @@ def _turns(kit: Kit, rollout: str, number: int) -> list[Any]:
 
 
 _MARKED = 2
-_PLANNED = {"put": _ROLLOUTS * _TURNS, "mark_incomplete": _MARKED, "freeze": 2 * _ROLLOUTS}
-_PLANNED["drop"] = _ROLLOUTS
+_PLANNED = {
+    "put": _ROLLOUTS * _TURNS,
+    "mark_incomplete": _MARKED,
+    "freeze": 2 * _ROLLOUTS,
+    "drop": _ROLLOUTS,
+}
 """The calls of each operation :func:`_serve` makes when it serves every rollout to the end."""
 
 Settled = Callable[[list[float]], bool]
