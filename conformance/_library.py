@@ -29,7 +29,7 @@ from conformance import _tempdir as tempdir
 from conformance._deadline import stop_checks
 from conformance._engine import evaluate, keep_hypothesis_out_of_the_project, tally, test_name
 from conformance._probe import TargetError, distribution_of, kit_version, probe_target
-from conformance._registry import Check, all_checks
+from conformance._registry import Check, all_checks, runs_early
 from conformance._report import Verdicts
 from conformance._settings import (
     DEFAULT_CONTRACT,
@@ -274,7 +274,9 @@ def _judge(
                 verdicts.run.finish("interrupted", "usage error: the target cannot be built")
                 _write(verdicts, arguments)
                 raise
-            for found in chosen:
+            for found in sorted(
+                chosen, key=lambda found: not runs_early(found, budgeted=bool(settings.budget))
+            ):
                 tally(verdicts, found, test_name(found), evaluate(settings, found))
     except BaseException:
         if verdicts.run.finished is None:

@@ -221,6 +221,13 @@ def all_checks() -> list[Check]:
     return sorted(_checks.values(), key=_order)
 
 
+def runs_early(found: Check, *, budgeted: bool) -> bool:
+    """Whether a run makes ``found`` before the catalog's order would: under a budget, the
+    COST checks go first, so a store slow enough to exhaust a CI job's time, the store COST
+    most likely fails, still reports its cost verdict before the job is cut short."""
+    return budgeted and found.family == "COST"
+
+
 def checks_by_id() -> dict[str, Check]:
     """Return every registered check keyed by its id."""
     return {found.id: found for found in all_checks()}

@@ -1149,14 +1149,16 @@ CLAUSES: tuple[Clause, ...] = (
         how_broken=(
             "An index built once per rollout and never refreshed; a resolver that reads a "
             "replica or a cache the put has not reached; a per-process index that only the "
-            "worker that wrote it can see; `is_process_shared` declared `async`."
+            "worker that wrote it can see; a frozen rollout's rows cached under its snapshot "
+            "id; `is_process_shared` declared `async`."
         ),
         hazards=(
             "A resolve the moment each put returns, by a resolver that already answered for the "
             "rollout before the put and by one built after it; plain and 4,096-token entries; "
             "entries put by spawned workers into rollouts this process's resolver read before, "
             "resolved here; later calls of the same rollout; a resolver over a store declared "
-            "`process-local`."
+            "`process-local`; a put a relaxed fence accepted after a freeze, resolved by a "
+            "resolver that read the frozen rollout."
         ),
         checked_by=KIT,
     ),
@@ -1217,15 +1219,18 @@ CLAUSES: tuple[Clause, ...] = (
             "sequence, and nothing downstream tells it from a real one."
         ),
         how_broken=(
-            "Matching the model-authored turns and skipping the context digest; taking the "
-            "first of several candidates, or of candidates of one length; looking parents up "
+            "Matching the model-authored turns and skipping the context digest, or checking it "
+            "only when the request is at least the recorded length; taking the first of several "
+            "candidates, or of candidates of one length; looking parents up "
             "across rollouts, one by one or pooled; ignoring the fingerprint version."
         ),
         hazards=(
             "A never-written rollout; a changed system prompt, a changed tool result, a truncated"
-            " history; two calls that answered alike with different tokens, of different lengths "
-            "and of one length; the parent, from a conversation no other rollout had, in a "
-            "look-alike rollout (case, `.`, `_`, `-`) and asked in a rollout whose id is a prefix"
+            " history, and histories shortened below the recorded context length that keep the "
+            "model's turn; two calls that answered alike with different tokens, of different "
+            "lengths and of one length; the parent, from a conversation no other rollout had and "
+            "under a call id no other rollout used, in a look-alike rollout (case, `.`, `_`, "
+            "`-`) and asked in a rollout whose id is a prefix"
             " of the parent's; an entry stamped with version 1; twin calls whose ids differ only "
             "by case, padding, unicode form, a compatibility character, a tab or a separator; an "
             "entry with an empty context digest; a rollout resolved, deleted and written again "

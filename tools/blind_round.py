@@ -106,11 +106,12 @@ def verdict(store: BlindStore, run: KitRun) -> str:
     """``killed on clause``, ``killed elsewhere``, ``survived``; ``passed`` or ``flagged``."""
     if store.clause is None:
         return "passed" if not run.failed and not run.blocked and not run.problem else "flagged"
-    if run.problem:
-        return f"no verdict ({run.problem})"
+    # A clause failed before a run was cut short is failed for good: a later check only adds.
     if store.clause in run.failed:
         return "killed on clause"
-    return "killed elsewhere" if run.failed else "survived"
+    if run.failed:
+        return "killed elsewhere"
+    return f"no verdict ({run.problem})" if run.problem else "survived"
 
 
 def main() -> int:

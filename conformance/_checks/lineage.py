@@ -118,17 +118,32 @@ def visible_on_return(kit: Kit) -> None:
                 tokens=False,
             )
         second = captured(kit, rollout, _next_request(first, CHAT), CHAT.answer("Sunny.", "t2"))
-        step.put(kit, sink, second.entry)
+        frozen = attempt % 2 == 1 and _frozen_and_read(kit, early, rollout, first)
+        if frozen and step.raises(sink.put, second.entry) is not None:
+            continue  # a strict fence (FENCE-1): nothing more joins this rollout
+        if not frozen:
+            step.put(kit, sink, second.entry)
         _expect_parent(
             kit,
             resolve(kit, early, rollout, _continues(second)),
             second,
-            "the second call's continuation, resolved by the resolver that answered the first",
-            "read what the rollout holds now on every resolve; never keep the first answer",
+            "the second call's continuation, resolved by the resolver that answered the first"
+            + (", put after the rollout was frozen and resolved" if frozen else ""),
+            "read what the rollout holds now on every resolve; never keep the first answer, "
+            "nor what a frozen rollout held: a put accepted after a freeze joins it",
             tokens=False,
         )
     if shared and not kit.claims("process-local"):
         _put_elsewhere(kit, early)
+
+
+def _frozen_and_read(kit: Kit, resolver: Endpoint, rollout: str, first: Call) -> bool:
+    """Freeze ``rollout`` and have ``resolver`` read it frozen; False where freeze raised,
+    which FREEZE judges."""
+    if step.raises(kit.source().freeze, rollout) is not None:
+        return False
+    _warm(kit, resolver, rollout, _continues(first))
+    return True
 
 
 def _warm(kit: Kit, resolver: Endpoint, rollout: str, request: Items) -> None:
@@ -323,6 +338,8 @@ def never_guesses(kit: Kit) -> None:
     rewritten = [{**system, "content": "Be long."}, *rest]
     case("a history whose system prompt was rewritten", rollout, rewritten)
     case("a history that lost its first items", rollout, _continues(parent)[1:])
+    for summarized in _summarized(kit, sink):
+        case(*summarized)
     changed = [*_next_request(parent, CHAT, output="rainy"), *CHAT.echo(second.answer)]
     case("a history whose tool result was changed", rollout, [*changed, *CHAT.ask("And?")[-1:]])
     # Twins of one length as well: a resolver may take equal lengths for equal tokens.
@@ -349,7 +366,15 @@ def never_guesses(kit: Kit) -> None:
     # A conversation no other rollout had: a resolver that looks further than the rollout
     # finds this one parent, not a crowd of look-alike ones.
     unique = f"Weather where {base} runs?"
-    elsewhere = _first(kit, f"{base}.a", question=unique, reply=f"Looking up: {unique}")
+    # Under a call id no other rollout used: a resolver that pools every rollout's calls by
+    # call id finds exactly one candidate.
+    elsewhere = _first(
+        kit,
+        f"{base}.a",
+        call_id=f"only-{base}",
+        question=unique,
+        reply=f"Looking up: {unique}",
+    )
     step.put(kit, sink, elsewhere.entry)
     for lookalike in (f"{base}-a", f"{base}_a", f"{base}.A", base):
         case(f"a parent put into {base}.a, asked in {lookalike}", lookalike, _continues(elsewhere))
@@ -379,6 +404,26 @@ def never_guesses(kit: Kit) -> None:
             "recorded context repeated item for item, in this rollout, by this fingerprint "
             "version; among candidates with different tokens never pick one",
         )
+
+
+def _summarized(kit: Kit, sink: Endpoint) -> list[tuple[str, str, Items]]:
+    """A call whose request held six items, asked with histories a harness shortened below that
+    length: the model's turn is kept, so the fingerprint still matches, but the history has
+    fewer items than the recorded digest covers, so nothing verifies it."""
+    rollout = kit.rollout_id("summarized")
+    turns = [*CHAT.ask("Weather in Oslo?")]
+    turns += [item for number in range(4) for item in CHAT.ask(f"And in city {number}?")[-1:]]
+    call = captured(kit, rollout, turns, CHAT.answer("Let me see.", "t1"))
+    step.put(kit, sink, call.entry)
+    later = [*CHAT.echo(call.answer), *CHAT.ask("And tomorrow?")[-1:]]
+    return [
+        (f"a history of {len(turns)} items shortened to its last {kept}", rollout, request)
+        for kept, request in (
+            (2, [*turns[-2:], *later]),
+            (1, [*turns[-1:], *later]),
+            (0, later),
+        )
+    ]
 
 
 def _deleted(kit: Kit, resolver: Endpoint, sink: Endpoint) -> list[tuple[str, str, Items]]:

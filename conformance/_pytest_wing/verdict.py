@@ -42,6 +42,8 @@ class VerdictHooks:
             found = _check_of(item)
             if found is not None:  # every phase's report names its check
                 item.user_properties.append((outcomes.CHECK, found.id))
+        budgeted = bool(self.verdicts.settings.budget)
+        items.sort(key=lambda item: not _runs_early(item, budgeted))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
@@ -143,6 +145,13 @@ def _check_of(item: pytest.Item) -> Check | None:
     callspec = getattr(item, "callspec", None)
     found = callspec.params.get("tokcap_check") if callspec is not None else None
     return found if _KIT_MODULE in item.nodeid and found is not None else None
+
+
+def _runs_early(item: pytest.Item, budgeted: bool) -> bool:
+    from conformance._registry import runs_early
+
+    found = _check_of(item)
+    return found is not None and runs_early(found, budgeted=budgeted)
 
 
 def _registered() -> dict[str, Check]:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -254,3 +254,57 @@ class TestSettledEarly:
         assert outcome["outcome"] == "failed", outcome["message"]
         assert "longest" in outcome["message"]
         assert 1 <= HoldsOnEveryPut.puts < 14 * 8
+
+
+class RecordsItsFirstPut:
+    """A memory store that notes the rollout of the first put any instance was sent."""
+
+    first: ClassVar[list[str]] = []
+
+    def __init__(self) -> None:
+        from reference.memory_store import MemoryTokenStore
+
+        self._store = MemoryTokenStore("records-its-first-put")
+
+    async def put(self, entry: Any) -> None:
+        if not type(self).first:
+            type(self).first.append(entry.rollout_id)
+        await self._store.put(entry)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+class TestCostFirst:
+    @pytest.mark.parametrize(("budget", "cost_first"), [("put-p99=10s", True), (None, False)])
+    def test_under_a_budget_the_cost_checks_run_first(
+        self, budget: str | None, cost_first: bool
+    ) -> None:
+        """A store too slow to finish a CI job's run still reports its cost verdict, which
+        comes first whenever a budget is claimed; without one the catalog's order holds."""
+        RecordsItsFirstPut.first.clear()
+        run_conformance(
+            f"{__name__}:RecordsItsFirstPut",
+            capabilities=["process-local"],
+            select=["PUT-1", "COST-2"],
+            budget=budget,
+        )
+        assert ("-serve" in RecordsItsFirstPut.first[0]) is cost_first
+
+    def test_the_pytest_wing_collects_the_cost_checks_first(
+        self, pytester: pytest.Pytester
+    ) -> None:
+        """Under a budget the plugin moves the COST tests to the front of the run."""
+        result = pytester.runpytest_subprocess(
+            "-p",
+            "no:cacheprovider",
+            "--collect-only",
+            "-q",
+            "--tokcap-sink=reference.memory_store:MemoryTokenStore",
+            "--tokcap-budget=default",
+        )
+        tests = [line for line in result.outlines if "::test_" in line]
+        assert tests, result.outlines
+        families = [line.split("::test_")[1].split("[")[0] for line in tests]
+        assert families[:3] == ["cost"] * 3
+        assert "cost" not in families[3:]

@@ -22,10 +22,12 @@ framework author runs it, except that Hypothesis does not shrink (``-p zoo_fast`
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,9 @@ HERE = Path(__file__).resolve().parent
 
 ROOT_KWARGS = '{"root": "{tmp_path}"}'
 RUN_TIMEOUT = 600.0
+"""Seconds a kit run may take; then it is sent SIGTERM, as a CI job that ran out of time."""
+STOP_GRACE = 60.0
+"""Seconds a run sent SIGTERM has to write its report before its process group is killed."""
 
 
 @dataclass(frozen=True)
@@ -298,25 +303,12 @@ def run_kit(target: JudgedStore, extra: Sequence[str] = ()) -> KitRun:
             *extra,
         ]
         started = time.monotonic()
-        try:
-            done = subprocess.run(
-                command,
-                cwd=scratch,
-                env=environment,
-                capture_output=True,
-                text=True,
-                timeout=RUN_TIMEOUT,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return KitRun(target, -1, time.monotonic() - started, problem="timed out")
+        code, output, problem = _run(command, scratch, environment)
         seconds = time.monotonic() - started
-        output = done.stdout + done.stderr
         if not report.exists():
             tail = output.strip().splitlines()[-3:]
-            return KitRun(
-                target, done.returncode, seconds, problem="no report: " + " / ".join(tail)
-            )
+            said = f"{problem}, " if problem else ""
+            return KitRun(target, code, seconds, problem=f"{said}no report: " + " / ".join(tail))
         written = json.loads(report.read_text(encoding="utf-8"))
         clauses = written["clauses"]
         pictures = tuple(
@@ -326,14 +318,43 @@ def run_kit(target: JudgedStore, extra: Sequence[str] = ()) -> KitRun:
         )
         return KitRun(
             target,
-            done.returncode,
+            code,
             seconds,
             clauses,
+            problem=problem,
             judged=written["target"],
             output=output[-4000:],
             timelines=pictures,
             junit_failures=_junit_failures(junit),
         )
+
+
+def _run(command: list[str], scratch: str, environment: dict[str, str]) -> tuple[int, str, str]:
+    """Run a kit process to its end: its exit code, its output, and ``"timed out"`` when it
+    was stopped after ``RUN_TIMEOUT`` (with SIGTERM, so it reports what it judged so far)."""
+    process = subprocess.Popen(
+        command,
+        cwd=scratch,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    problem = ""
+    try:
+        output, _ = process.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        problem = "timed out"
+        process.send_signal(signal.SIGTERM)
+        try:
+            output, _ = process.communicate(timeout=STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+    with contextlib.suppress(ProcessLookupError):  # workers the run left behind
+        os.killpg(process.pid, signal.SIGKILL)
+    return process.returncode, output, problem
 
 
 def _junit_failures(junit: Path) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from base import BaseStore, RolloutFileState
+from base import BaseStore, RelaxedFileStore, RolloutFileState
 
 from reference.file_store import FileTokenStore
 from reference.memory_store import MemoryTokenStore
@@ -561,3 +561,103 @@ class FirstPayloadOnly(SilentConflicts):
         for entry in super().committed(rollout_id):
             seen.setdefault(entry.model_call_id, entry)
         return list(seen.values())
+
+
+class _RelaxedResolving(RelaxedFileStore):
+    """A relaxed-fence store that resolves from what its rollouts hold; correct unless
+    overridden. Judged as sink, source and resolver at once."""
+
+    def held(self, rollout_id: str) -> list[TokenEntry]:
+        with self.locked(rollout_id):
+            state = self.load(rollout_id)
+        return self.entries_in(rollout_id, state)
+
+    def entries_in(self, rollout_id: str, state: RolloutFileState) -> list[TokenEntry]:
+        if state.deleted or state.retired:
+            return []
+        return [self.decode(stored) for stored in state.entries.values()]
+
+    async def resolve(self, rollout_id: str, request_items: Items) -> LineageResolution:
+        return resolve_from(self.held(rollout_id), request_items)
+
+    def is_process_shared(self) -> bool:
+        return True
+
+
+class FrozenRowsCached(_RelaxedResolving):
+    """LINEAGE-1: a frozen rollout's entries are read once per snapshot id and kept.
+
+    A snapshot never changes, so its rows seem safe to cache; but a relaxed fence accepts a
+    put after the freeze without a new snapshot id until the next freeze, and a continuation
+    of that late call comes back unresolved.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-1"
+    flags: ClassVar[tuple[str, ...]] = ("--tokcap-lineage=zoo_lineage:FrozenRowsCached",)
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._frozen: dict[tuple[str, str], list[TokenEntry]] = {}
+
+    def entries_in(self, rollout_id: str, state: RolloutFileState) -> list[TokenEntry]:
+        if not state.frozen or state.deleted or state.retired:
+            return super().entries_in(rollout_id, state)
+        key = (rollout_id, state.snapshot_id)
+        if key not in self._frozen:
+            self._frozen[key] = super().entries_in(rollout_id, state)
+        return self._frozen[key]
+
+
+class ShortHistoryTrusted(_Resolving):
+    """LINEAGE-3: a request shorter than a candidate's recorded context is taken for a history
+    the harness trimmed, and that candidate is trusted on its model turns alone.
+
+    A summarized conversation keeps the model's last turn, so the parent's tokens are spliced
+    onto a context the model never saw.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-3"
+    flags: ClassVar[tuple[str, ...]] = _flags("ShortHistoryTrusted")
+
+    def decide(self, entries: Sequence[TokenEntry], request_items: Items) -> LineageResolution:
+        fingerprint = assistant_fingerprint(request_items)
+        sequences = cumulative_tokens(entries)
+        trimmed = [
+            entry
+            for entry in entries
+            if fingerprint
+            and _stamp(entry, "continuation_fingerprint") == fingerprint
+            and _stamp(entry, "fingerprint_version") == 2
+            and (_stamp(entry, "continuation_context_len") or 0) > len(request_items)
+            and entry.model_call_id in sequences
+        ]
+        if len(trimmed) == 1:
+            return _resolved(trimmed[0], sequences[trimmed[0].model_call_id])
+        return resolve_from(entries, request_items)
+
+
+class PooledEveryRollout(_Resolving):
+    """LINEAGE-3: a request no call of its own rollout proves is resolved among the calls of
+    every rollout this process wrote, pooled by call id.
+
+    Calls under a call id many rollouts used are left out as committed twice, which hides the
+    fallback in a busy store; a parent under a call id only one other rollout used is spliced
+    into this conversation.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-3"
+    flags: ClassVar[tuple[str, ...]] = _flags("PooledEveryRollout")
+
+    async def put(self, entry: TokenEntry) -> None:
+        await super().put(entry)
+        _PUT_INTO.add(entry.rollout_id)
+
+    async def resolve(self, rollout_id: str, request_items: Items) -> LineageResolution:
+        decided = resolve_from(await self.peek(rollout_id), request_items)
+        if decided.status is not ParentResolutionStatus.UNRESOLVED:
+            return decided
+        pooled = [
+            entry for other in sorted(_PUT_INTO - {rollout_id}) for entry in await self.peek(other)
+        ]
+        found = resolve_from(pooled, request_items)
+        return found if found.status is ParentResolutionStatus.RESOLVED else decided
