@@ -351,7 +351,7 @@ class Supervisor:
                 args=(name, index, job, self.meeting, send, os.getpid(), self._dump(index)),
                 daemon=True,
             )
-            with _main_module_left_behind():
+            with _main_module_left_behind(), _salted_apart():
                 process.start()
             send.close()
             self._children.append(_Child(name, index, process, receive))
@@ -708,6 +708,28 @@ def run_workers(plans: list[WorkerPlan], *, together: bool = True) -> list[Worke
 
 
 _MAIN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _salted_apart() -> Iterator[None]:
+    """Start a spawned child with a string-hash salt of its own, as a server's workers have.
+
+    A runner such as tox exports one ``PYTHONHASHSEED`` to every process it starts; workers
+    that inherit it hash alike, which would hide state derived from ``hash()`` or from a set's
+    order. Only the child's environment changes: the variable is restored once it started.
+    """
+    before = os.environ.get(_HASH_SEED)
+    os.environ[_HASH_SEED] = "random"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[_HASH_SEED]
+        else:
+            os.environ[_HASH_SEED] = before
+
+
+_HASH_SEED = "PYTHONHASHSEED"
 
 
 @contextlib.contextmanager

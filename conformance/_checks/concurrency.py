@@ -168,6 +168,35 @@ def _race_rounds(
     return freezer, racers
 
 
+_QUIET_ROUNDS = 6
+_QUIET_PUTS = 10
+"""After the races, each round every writer puts this many calls into one quiet rollout, and
+once all are acked every process freezes it at the same moment."""
+
+
+def _quiet_rounds(
+    kit: Kit, quiet: str, writers: list[list[Action]], freezers: list[list[Action]], steps: int
+) -> None:
+    """Rounds of writes to ``quiet``, each followed by a freeze of it from every process at
+    once; ``steps`` is the count of steps the lanes made before the first round.
+
+    Racing freezes of one unchanged state, each the first of that state, must agree: a
+    snapshot id minted outside the rollout's lock shows as two ids, and the rollout grows each
+    round, so the read between the check and the mint takes longer.
+    """
+    lanes = [*writers, *freezers]
+    per_round = len(writers) * _QUIET_PUTS + len(lanes)
+    for number in range(_QUIET_ROUNDS):
+        begin = steps + number * per_round
+        for writer, actions in enumerate(writers):
+            actions.append(Action("wait", count=begin))
+            calls = [f"quiet-w{writer}-{number}-{k}" for k in range(_QUIET_PUTS)]
+            actions += [_put(kit, quiet, call) for call in calls]
+        for actions in lanes:
+            actions.append(Action("wait", count=begin + len(writers) * _QUIET_PUTS))
+            actions += [Action("freeze", quiet), Action("signal")]
+
+
 @check("FREEZE-5", "cut-under-writes", covers=("FENCE-1", "DROP-4", "MASK-1"))
 def cut_under_writes(kit: Kit) -> None:
     """Freezes and drops amid writes from spawned workers admit a legal order of every operation."""
@@ -190,6 +219,8 @@ def cut_under_writes(kit: Kit) -> None:
     freezers[0] += racing
     for actions, more in zip(writers, racers, strict=True):
         actions += more
+    quiet = kit.rollout_id("quiet")
+    _quiet_rounds(kit, quiet, writers, freezers, total + len(races) * (2 * plan.writers + 1))
     lanes = [Lane(f"writer-{n}", tuple(actions)) for n, actions in enumerate(writers)]
     lanes += [Lane(f"freezer-{n}", tuple(actions)) for n, actions in enumerate(freezers)]
     workload = Workload(LaneTargets.of(kit.settings), lanes)
@@ -198,7 +229,7 @@ def cut_under_writes(kit: Kit) -> None:
     workload.wait_for(total // 2)
     _freeze_together(kit, recorder, [kit.source(), kit.source()], share)
     events, problems = workload.finish()
-    _settle(kit, recorder, [share, *rounds, *races])
+    _settle(kit, recorder, [share, *rounds, *races, quiet])
     _judge(kit, events + recorder.events, problems, plan)
 
 

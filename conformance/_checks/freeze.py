@@ -25,12 +25,18 @@ def snapshot_identity(kit: Kit) -> None:
     step.freeze(kit, kit.source(), rollout)
 
 
+_IDEMPOTENT_ENTRIES = 12
+"""Entries of the rollout frozen again: enough that a snapshot id hashed from a set, or a
+dict keyed by ``hash()``, in the order one process's salt gives, differs in another process
+all but certainly."""
+
+
 @check("FREEZE-2", "idempotent")
 def idempotent(kit: Kit) -> None:
     """Freezing again, from the same, a fresh or a spawned worker's source, gives one snapshot."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
-    for _ in range(3):
+    for _ in range(_IDEMPOTENT_ENTRIES):
         step.put(kit, sink, kit.entries.entry(rollout))
     first = step.freeze(kit, source, rollout)
     hint = "a freeze with no write in between must not mint a new snapshot_id or version"

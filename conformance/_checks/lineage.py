@@ -161,6 +161,13 @@ def _put_elsewhere(kit: Kit, early: Endpoint) -> None:
     calls = [_first(kit, kit.rollout_id(f"w{n}")) for n in range(2)]
     for call in calls:  # a resolver that keeps what it read must still see other processes' puts
         _warm(kit, early, entry_view(call.entry).rollout_id, _continues(call))
+    # And a rollout this process wrote and read before a worker adds its next call: what this
+    # process put is no cache of the rollout.
+    rollout = kit.rollout_id("w-here")
+    here = _first(kit, rollout)
+    step.put(kit, kit.sink(), here.entry)
+    _warm(kit, early, rollout, _continues(here))
+    calls.append(captured(kit, rollout, _next_request(here, CHAT), CHAT.answer("Sunny.", "t2")))
     plans = [
         WorkerPlan(
             kit.settings.sink,

@@ -220,6 +220,10 @@ def _frozen_while_writers_live(
     return snapshots, problems
 
 
+_SPREAD = 11
+"""Entries this process puts beside a spawned worker's before two workers freeze the rollout."""
+
+
 @basic(None, "spawned")
 def basic_spawned(kit: Kit) -> None:
     """SPAWN-1, SPAWN-2, SPAWN-3, FREEZE-2, MASK-1: workers build, together too, are seen here,
@@ -262,13 +266,36 @@ def basic_spawned(kit: Kit) -> None:
         "construction must not race on first-run setup",
         clause="SPAWN-2",
     )
+    # Entries of this process's own beside it, so that the workers below freeze a rollout whose
+    # order a set or hash() would give differently in each of them.
+    sink = kit.sink()
+    ours = [kit.entries.entry(rollout) for _ in range(_SPREAD)]
+    for more in ours:
+        step.put(kit, sink, more, clause="PUT-1")
     view = step.freeze(kit, kit.source(), rollout, clause="SPAWN-3")
+    found, theirs, mine = view.payloads(), step.sent([entry]), step.sent(ours)
     step.expect(
         kit,
-        view.payloads() == step.sent([entry]),
+        all(found.get(call) == payload for call, payload in theirs.items()),
         "the worker's acked entry visible here",
         step.describe(view),
         "store records where every process reads them",
+        clause="SPAWN-3",
+    )
+    step.expect(
+        kit,
+        all(found.get(call) == payload for call, payload in mine.items()),
+        "this process's acked entries visible to a fresh source here",
+        step.describe(view),
+        "put must not return before its entry is durable where every instance reads it",
+        clause="PUT-1",
+    )
+    step.expect(
+        kit,
+        found.keys() == theirs.keys() | mine.keys(),
+        "nothing in the rollout but the entries acked into it",
+        step.describe(view),
+        "store records where every process reads them, each under its own rollout",
         clause="SPAWN-3",
     )
     step.expect_spawned_freezes_agree(kit, rollout, clause="FREEZE-2")

@@ -165,6 +165,40 @@ class ProcessSaltedSnapshotId(BaseStore):
         return await super().drop(rollout_id, snapshot_id=snapshot_id, version=version)
 
 
+class SetOrderedSnapshotId(BaseStore):
+    """FREEZE-2: the snapshot id hashes the rollout's entries in the order a set of them gives.
+
+    Entry order carries no meaning, so a set seemed the honest container; but a set of strings
+    iterates in an order Python salts per process. Once a rollout holds a few entries, a
+    consumer in another process gets another id for the same state, and its drop never matches.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-2"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._dropping = ""
+
+    def _ordered(self, rollout_id: str, state: RolloutFileState) -> str:
+        members = {f"{call}={len(stored)}" for call, stored in state.entries.items()}
+        digest = hashlib.sha256(f"{rollout_id}|{state.snapshot_id}".encode())
+        for member in members:
+            digest.update(member.encode())
+        return digest.hexdigest()
+
+    def snapshot(self, rollout_id: str, state: RolloutFileState) -> TokenCaptureSnapshot:
+        found = super().snapshot(rollout_id, state)
+        return _with(found, snapshot_id=self._ordered(rollout_id, state))
+
+    def apply_drop(self, state: RolloutFileState, snapshot_id: str, version: int) -> bool:
+        mine = self._ordered(self._dropping, state)
+        return snapshot_id == mine and super().apply_drop(state, state.snapshot_id, version)
+
+    async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
+        self._dropping = rollout_id
+        return await super().drop(rollout_id, snapshot_id=snapshot_id, version=version)
+
+
 class DoubledEntries(BaseStore):
     """FREEZE-3: freeze returns every entry twice.
 

@@ -7,7 +7,7 @@ source and resolver at once: only the way it resolves is broken.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 from base import BaseStore, RelaxedFileStore, RolloutFileState
@@ -661,3 +661,42 @@ class PooledEveryRollout(_Resolving):
         ]
         found = resolve_from(pooled, request_items)
         return found if found.status is ParentResolutionStatus.RESOLVED else decided
+
+
+class ServesWhatItPut(_Resolving):
+    """LINEAGE-1: once this process put into a rollout, the rollout is served from a
+    process-wide cache of what it put.
+
+    A write-through cache that trusts the process writing a rollout to be its only writer:
+    a call another worker adds to that rollout is never seen here, so its continuation
+    comes back unresolved.
+    """
+
+    breaks: ClassVar[str] = "LINEAGE-1"
+    flags: ClassVar[tuple[str, ...]] = _flags("ServesWhatItPut")
+
+    async def put(self, entry: TokenEntry) -> None:
+        await super().put(entry)
+        _PUT_HERE.setdefault((self.root, entry.rollout_id), []).append(entry)
+
+    async def entries_of(self, rollout_id: str) -> tuple[TokenEntry, ...]:
+        cached = _PUT_HERE.get((self.root, rollout_id))
+        return tuple(cached) if cached else await self.peek(rollout_id)
+
+    async def retire(self, rollout_ids: Iterable[str]) -> None:
+        rollout_ids = list(rollout_ids)
+        await super().retire(rollout_ids)
+        self._forget(rollout_ids)
+
+    async def delete(self, rollout_ids: Iterable[str]) -> None:
+        rollout_ids = list(rollout_ids)
+        await super().delete(rollout_ids)
+        self._forget(rollout_ids)
+
+    def _forget(self, rollout_ids: list[str]) -> None:
+        for rollout_id in rollout_ids:
+            _PUT_HERE.pop((self.root, rollout_id), None)
+
+
+_PUT_HERE: dict[tuple[str, str], list[TokenEntry]] = {}
+"""What this process put, by store and rollout."""
