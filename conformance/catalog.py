@@ -668,9 +668,9 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "Freezing again with no write in between, from the source that froze first, from "
             "a fresh one, and from one in a spawned worker (which must see the same pair and "
-            "entries: an id salted per process by `hash()` differs there); rollouts of 12 "
-            "entries, some put by a spawned worker, frozen by two more, each started with a "
-            "string-hash salt of its own (an id hashed in a set's order differs)."
+            "entries: an id salted per process by `hash()` differs there); a rollout of 12 "
+            "entries a spawned worker put, frozen by two more, each started with a string-hash "
+            "salt of its own (an id hashed in a set's order differs)."
         ),
         checked_by=KIT,
     ),
@@ -738,8 +738,8 @@ CLAUSES: tuple[Clause, ...] = (
         hazards=(
             "Spawned writers putting, re-putting and marking while freezers in other processes "
             "and here freeze and drop mid-write; rounds where two writes race a freeze or a "
-            "drop; then rounds in which every process freezes a growing, unchanged rollout at "
-            "the same moment; the history judged against the sequential model."
+            "drop; then rounds in which the freezers and a writer freeze a growing, unchanged "
+            "rollout at the same moment; the history judged against the sequential model."
         ),
         checked_by=KIT,
     ),

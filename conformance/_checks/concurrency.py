@@ -177,14 +177,16 @@ once all are acked every process freezes it at the same moment."""
 def _quiet_rounds(
     kit: Kit, quiet: str, writers: list[list[Action]], freezers: list[list[Action]], steps: int
 ) -> None:
-    """Rounds of writes to ``quiet``, each followed by a freeze of it from every process at
+    """Rounds of writes to ``quiet``, each followed by freezes of it from several processes at
     once; ``steps`` is the count of steps the lanes made before the first round.
 
-    Racing freezes of one unchanged state, each the first of that state, must agree: a
-    snapshot id minted outside the rollout's lock shows as two ids, and the rollout grows each
-    round, so the read between the check and the mint takes longer.
+    The freezer lanes and the first writer race freezes of one unchanged state, each the first
+    of that state, which must agree: a snapshot id minted outside the rollout's lock shows as
+    two ids, and the rollout grows each round, so the read between the check and the mint
+    takes longer. Only one writer freezes: a writer that freezes builds a source as well.
     """
-    lanes = [*writers, *freezers]
+    lanes = [(actions, number == 0) for number, actions in enumerate(writers)]
+    lanes += [(actions, True) for actions in freezers]
     per_round = len(writers) * _QUIET_PUTS + len(lanes)
     for number in range(_QUIET_ROUNDS):
         begin = steps + number * per_round
@@ -192,9 +194,10 @@ def _quiet_rounds(
             actions.append(Action("wait", count=begin))
             calls = [f"quiet-w{writer}-{number}-{k}" for k in range(_QUIET_PUTS)]
             actions += [_put(kit, quiet, call) for call in calls]
-        for actions in lanes:
+        for actions, freezes in lanes:
             actions.append(Action("wait", count=begin + len(writers) * _QUIET_PUTS))
-            actions += [Action("freeze", quiet), Action("signal")]
+            actions += [Action("freeze", quiet)] if freezes else []
+            actions.append(Action("signal"))
 
 
 @check("FREEZE-5", "cut-under-writes", covers=("FENCE-1", "DROP-4", "MASK-1"))
