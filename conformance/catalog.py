@@ -1265,13 +1265,17 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         how_broken=(
             "`os.fsync` or a synchronous HTTP client inside `async def put`; a lock taken with "
-            "a blocking acquire; serializing a long-context entry on the loop."
+            "a blocking acquire; serializing a long-context entry on the loop; re-reading "
+            "and rewriting the whole rollout's document inside every `put`."
         ),
         hazards=(
-            "Eight rollouts served at once, as a serving loop serves them: each puts 14 calls "
+            "Eight rollouts served at once, as a serving loop serves them: seven put 14 calls "
             "one after another, small ones and two long-context ones of 8,192 prompt and "
-            "1,024 generated tokens at turns that differ by rollout, and two are then marked; "
-            "then each rollout is frozen, frozen again and dropped. A call's hold is the "
+            "1,024 generated tokens at turns that differ by rollout, and two of them are then "
+            "marked; the eighth is one growing conversation of 20 calls whose prompts grow by "
+            "2,048 tokens a call, so a put that re-reads or rewrites the whole rollout costs "
+            "more at every turn. Then each rollout is frozen, frozen again and dropped. A "
+            "call's hold is the "
             "longest stretch its own code runs without yielding; a heartbeat due every "
             "millisecond also watches the loop for holds outside any call. Serving stops once "
             "the holds seen already break the budget, whatever the calls not made yet show."

@@ -32,6 +32,12 @@ _TURNS = 14
 _SMALL = (64, 16)
 _LARGE = (8_192, 1_024)
 """Prompt and generated tokens of a long-context call while rollouts are served."""
+_GROWING_TURNS = 20
+_GROWING = (2_048, 512)
+"""The last served rollout is one long conversation: each of its calls' prompts is this many
+tokens longer than the one before, and each generates this many tokens. By its last call the
+rollout holds about 1.6 MiB of token ids, so a store whose put re-reads or rewrites the whole
+rollout holds the loop longer at every turn, as it would in serving."""
 _FREEZE_ENTRIES = 32
 _FREEZE_GROWTH = (2_048, 1_024)
 """COST-3's rollout is one long conversation: each call's prompt is this many tokens longer
@@ -54,7 +60,18 @@ def _limits(kit: Kit, keys: Iterable[str]) -> dict[str, float]:
 
 def _turns(kit: Kit, rollout: str, number: int) -> list[Any]:
     """A rollout's calls: small ones, and two long-context ones at turns that differ by rollout,
-    so that the rollouts' long calls meet only now and then, as they do in serving."""
+    so that the rollouts' long calls meet only now and then, as they do in serving. The last
+    rollout is a growing conversation instead."""
+    if number == _ROLLOUTS - 1:
+        return [
+            kit.entries.entry(
+                rollout,
+                f"call-{turn}",
+                prompt_len=(turn + 1) * _GROWING[0],
+                generation_len=_GROWING[1],
+            )
+            for turn in range(_GROWING_TURNS)
+        ]
     long_turns = {3 + number % 5, 9 + number % 4}
     return [
         kit.entries.entry(
@@ -69,7 +86,7 @@ def _turns(kit: Kit, rollout: str, number: int) -> list[Any]:
 
 _MARKED = 2
 _PLANNED = {
-    "put": _ROLLOUTS * _TURNS,
+    "put": (_ROLLOUTS - 1) * _TURNS + _GROWING_TURNS,
     "mark_incomplete": _MARKED,
     "freeze": 2 * _ROLLOUTS,
     "drop": _ROLLOUTS,

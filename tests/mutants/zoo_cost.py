@@ -8,8 +8,12 @@ calls of a test suite hide it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import os
 import time
-from typing import ClassVar
+import uuid
+from typing import Any, ClassVar
 
 from reference.file_store import FileTokenStore
 from tokcap_spec.protocols import TokenCaptureSnapshot
@@ -39,6 +43,54 @@ class BlockingUploadPut(FileTokenStore):
         if isinstance(entry, TokenEntry) and _long(entry):
             time.sleep(0.15)  # the blocking upload
         await super().put(entry)
+
+
+class RewritesRolloutOnPut(FileTokenStore):
+    """COST-1: every put rewrites the whole rollout's document, on the loop.
+
+    Beside its log the store keeps each rollout as one JSON document that people browse: a
+    row per token of every call. A put reads that document back, adds its own call's rows and
+    writes the document again, all inside the coroutine. A short rollout costs little; a long
+    conversation, whose every prompt repeats the context before it, costs more at each turn,
+    until one put holds the loop for longer than any other rollout can wait. Such a put also
+    answers late, and the puts of other rollouts wait behind it (COST-2).
+    """
+
+    breaks: ClassVar[str] = "COST-1"
+    also: ClassVar[tuple[str, ...]] = ("COST-2",)
+    flags: ClassVar[tuple[str, ...]] = BUDGET
+
+    def __init__(self, root: str, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+        self._documents = os.path.join(self.root, "documents")
+        os.makedirs(self._documents, exist_ok=True)
+
+    async def put(self, entry: TokenEntry) -> None:
+        await super().put(entry)
+        if not isinstance(entry, TokenEntry):
+            return
+        name = hashlib.sha256(entry.rollout_id.encode()).hexdigest()
+        path = os.path.join(self._documents, f"{name}.json")
+        try:
+            with open(path, encoding="utf-8") as handle:
+                document = json.load(handle)
+        except FileNotFoundError:
+            document = {}
+        document[entry.model_call_id] = {
+            "prompt": [{"token": token} for token in entry.prompt_token_ids],
+            "generation": [
+                {"token": token, "log_prob": log_prob}
+                for token, log_prob in zip(
+                    entry.generation_token_ids, entry.generation_log_probs, strict=True
+                )
+            ],
+        }
+        scratch = f"{path}.{uuid.uuid4().hex}.tmp"
+        with open(scratch, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, indent=1)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(scratch, path)
 
 
 class WaitsForReplicaAck(FileTokenStore):
