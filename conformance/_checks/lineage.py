@@ -140,7 +140,7 @@ def visible_on_return(kit: Kit) -> None:
 def _frozen_and_read(kit: Kit, resolver: Endpoint, rollout: str, first: Call) -> bool:
     """Freeze ``rollout`` and have ``resolver`` read it frozen; False where freeze raised,
     which FREEZE judges."""
-    if step.raises(kit.source().freeze, rollout) is not None:
+    if step.raises(kit.source_for(rollout).freeze, rollout) is not None:
         return False
     _warm(kit, resolver, rollout, _continues(first))
     return True
