@@ -81,3 +81,14 @@ def test_an_entry_that_says_too_little_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="reason"):
         TOOL.load_explanations(bad)
+
+
+def test_a_store_outside_the_packages_is_judged_from_its_copy(tmp_path: Path) -> None:
+    """The first sink's mutants are judged from the scratch copy, where the mutant is, never
+    from the repo's file."""
+    module = "examples/first_sink/mysink.py"
+    TOOL.make_copy(tmp_path / "copy", module)
+    assert (tmp_path / "copy" / module).read_bytes() == (ROOT / module).read_bytes()
+    command = TOOL.kit_command("python3", module, 7)
+    assert command[:3] == ["env", "PYTHONPATH=examples/first_sink", "python3"]
+    assert "--tokcap-sink=mysink:SqliteSink" in command

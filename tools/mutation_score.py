@@ -59,18 +59,36 @@ FILE_STORE = (
 )
 
 
+ROOTED = '--tokcap-sink-kwargs={"root": "{tmp_path}"}'
+OUTSIDE: dict[str, tuple[str, ...]] = {
+    "examples/first_sink/mysink.py": ("--tokcap-sink=mysink:SqliteSink", ROOTED),
+    "tests/mutants/independent.py": ("--tokcap-sink=independent:SqliteStore", ROOTED),
+}
+"""Stores written apart from the reference ones (the first sink of docs/first-sink.md and the
+suite's independent sqlite store), by the repo path of their module: the module is copied
+beside the shipped packages and its folder put on the judged run's import path."""
+
+
 def target_options(module: str) -> tuple[str, ...]:
     """Return the kit options naming the store that ``module`` (a repo path) belongs to."""
     if module == "reference/memory_store.py":
         return MEMORY_STORE
     if module == "reference/file_store.py" or module.startswith("reference/_file_"):
         return FILE_STORE
+    if module in OUTSIDE:
+        return (*OUTSIDE[module], "--tokcap-fence=strict")
     raise SystemExit(f"{module}: no store is known to be built from this module")
 
 
 def kit_command(python: str, module: str, seed: int) -> list[str]:
-    """Return the kit run, as a user runs it, that judges a mutant of ``module``."""
+    """Return the kit run, as a user runs it, that judges a mutant of ``module``.
+
+    A module outside the shipped packages is imported from its folder in the scratch copy
+    (the run's working directory), so the mutant, not the repo's file, is judged.
+    """
+    folder = [f"PYTHONPATH={Path(module).parent}"] if module in OUTSIDE else []
     return [
+        *(["env", *folder] if folder else []),
         python,
         *("-m", "pytest", "-p", "no:cacheprovider", "-p", "tokcap_pytest"),
         *target_options(module),
@@ -156,8 +174,9 @@ def _first_clause(output: str) -> str:
     return "syntax error" if "SyntaxError" in output else "startup"
 
 
-def make_copy(destination: Path) -> None:
-    """Copy the shipped packages into ``destination``, leaving caches behind."""
+def make_copy(destination: Path, module: str = "") -> None:
+    """Copy the shipped packages into ``destination``, leaving caches behind, and ``module``
+    too when it lives outside them."""
     destination.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in SHIPPED:
@@ -166,6 +185,9 @@ def make_copy(destination: Path) -> None:
             shutil.copytree(source, destination / name, ignore=ignore)
         else:
             shutil.copy2(source, destination / name)
+    if module in OUTSIDE:
+        (destination / module).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(PROJECT / module, destination / module)
 
 
 def _config(module: str, command: list[str], timeout: float) -> str:
@@ -281,7 +303,7 @@ def run_module(
     started = time.monotonic()
     copies = [scratch / f"copy-{index}" for index in range(jobs)]
     for copy in copies:
-        make_copy(copy)
+        make_copy(copy, module)
     command = kit_command(sys.executable, module, seed)
     env = {**_environment(), "HYPOTHESIS_STORAGE_DIRECTORY": str(scratch / "hypothesis")}
     baseline = _baseline(command, copies[0], env)
@@ -308,7 +330,7 @@ def run_module(
     return {
         "generated": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
         "tool": "cosmic-ray 8.7.0",
-        "command": shlex.join(["python", *command[1:]]),
+        "command": shlex.join("python" if part == sys.executable else part for part in command),
         "seed": seed,
         "jobs": jobs,
         "baseline_seconds": round(baseline, 1),
