@@ -5,7 +5,8 @@ nondeterminism: ``step`` returns every state the store may be in after one opera
 observed outcome, or a :class:`Refusal` naming the clause no such state satisfies.
 
 - A conflicting re-put (PUT-4) raises or marks: a refused one may or may not have marked,
-  an acked one marked and kept either payload.
+  an acked one marked and kept either payload. An acked one that kept the first payload of a
+  rollout already incomplete may leave the version where it was: nothing a freeze shows moved.
 - A new call after freeze raises (strict fence) or is acked and changes the version
   (relaxed fence); ``Rules.fence`` narrows that choice.
 - An identical re-put (PUT-3) changes nothing. Before freeze a store may still move its version
@@ -209,10 +210,15 @@ def _put(rules: Rules, state: ModelRollout, event: Event, outcome: str) -> Step:
         # Before freeze nobody can see a version move; after it, nothing may change (PUT-3).
         return _ok(state) if state.fenced else _ok(state, _changed(state, "put"))
     if known is not None:
-        return _ok(
+        masked = (
             _masked(state, "conflict"),
             _masked(state, "conflict", entries=_with_entry(state, event.call_id, event.digest)),
         )
+        if state.incomplete:
+            # Keeping the first payload of a rollout already incomplete changes nothing any
+            # freeze shows, so the version may stay.
+            return _ok(*masked, replace(state, masked_by=state.masked_by | {"conflict"}))
+        return _ok(*masked)
     if state.fenced and rules.fence == "strict":
         return _refuse("FENCE-1", "lost-ack", "a new call after freeze was acked (strict fence)")
     return _ok(

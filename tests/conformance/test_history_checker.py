@@ -72,6 +72,19 @@ class TestLegalHistories:
         ]
         assert check_history(history, ANY).outcome == "ok"
 
+    def test_a_conflict_absorbed_by_a_masked_rollout_may_keep_the_version(self) -> None:
+        """An acked conflicting re-put that keeps the first payload of a rollout already
+        incomplete changes nothing a freeze shows: the pair and its drop still stand."""
+        history = [
+            put("w", 0, 0, 10, "a"),
+            put("w", 1, 20, 30, "a", digest="other"),
+            freeze("f", 0, 40, 50, ["a"], P1, incomplete=True),
+            put("w", 2, 60, 70, "a", digest="other"),
+            freeze("f", 1, 80, 90, ["a"], P1, incomplete=True),
+            drop("f", 2, 100, 110, P1, True),
+        ]
+        assert check_history(history, ANY).outcome == "ok"
+
     def test_unfinished_put_may_or_may_not_count(self) -> None:
         """A put that never completed may appear in a later snapshot or not."""
         for calls in (["a"], []):
@@ -160,6 +173,16 @@ class TestAnomalies:
         verdict = check_history(history, ANY)
         assert verdict.names == ["version-stuck"]
         assert verdict.anomalies[0].clause == "DROP-4"
+
+    def test_version_stuck_after_a_conflict_on_a_clean_rollout(self) -> None:
+        """A conflict acked after a clean freeze masks the rollout: the old pair must not drop."""
+        history = [
+            put("w", 0, 0, 10, "a"),
+            freeze("f", 0, 20, 30, ["a"], P1),
+            put("w", 1, 40, 50, "a", digest="other"),
+            drop("f", 1, 60, 70, P1, True),
+        ]
+        assert check_history(history, ANY).names == ["version-stuck"]
 
     def test_version_stuck_across_states(self) -> None:
         """One pair naming two different states is a stuck version."""
