@@ -985,9 +985,14 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         how_broken=(
             "Catching the conflict and only logging it; keeping the first payload and returning "
-            "as if nothing happened."
+            "as if nothing happened; reporting the conflict at one freeze, then compacting it "
+            "away."
         ),
-        hazards=("A conflicting re-put from a fresh sink that does not raise."),
+        hazards=(
+            "A conflicting re-put from a fresh sink that does not raise, and re-puts differing "
+            "in one field each; every such rollout is frozen twice, each time through a source "
+            "that never read it."
+        ),
         checked_by=KIT,
     ),
     Clause(

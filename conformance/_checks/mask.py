@@ -21,6 +21,14 @@ def _expect_incomplete(kit: Kit, rollout: str, why: str, hint: str) -> None:
         kit.fail(expected=f"incomplete=True {why}", observed=step.describe(snapshot), hint=hint)
 
 
+def _expect_masked_from_then_on(kit: Kit, rollout: str, why: str, hint: str) -> None:
+    """Incomplete at the next freeze and at the freeze after it, each through a source that
+    never read the rollout: a store that forgets the conflict once it has reported it breaks
+    "from then on"."""
+    _expect_incomplete(kit, rollout, why, hint)
+    _expect_incomplete(kit, rollout, f"{why}, frozen a second time", hint)
+
+
 @check("MASK-1", "fresh-instance")
 def fresh_instance(kit: Kit) -> None:
     """A mark is seen by a fresh source instance in this process, and by one built before it."""
@@ -179,17 +187,18 @@ def conflict_masks(kit: Kit) -> None:
     entry = kit.entries.entry(rollout)
     step.put(kit, sink, entry)
     if step.raises(kit.sink().put, kit.entries.variant(entry)) is None:
-        _expect_incomplete(
+        _expect_masked_from_then_on(
             kit,
             rollout,
             "after an unrefused conflicting re-put",
-            "mark the rollout incomplete when a call id comes back changed",
+            "mark the rollout incomplete when a call id comes back changed, and keep it so: "
+            "a freeze that reported the conflict must not clear it",
         )
     for what, first, second in kit.entries.field_variants(kit.rollout_id):
         rollout = entry_view(first).rollout_id
         step.put(kit, sink, first)
         if step.raises(sink.put, second) is None and step.round_trips(kit, first, second):
-            _expect_incomplete(
+            _expect_masked_from_then_on(
                 kit,
                 rollout,
                 f"after an unrefused re-put differing only in {what}",

@@ -166,6 +166,8 @@ def _masked(state: ModelRollout, cause: str, **changes: object) -> ModelRollout:
 
 def _lost_mask(state: ModelRollout) -> str:
     """The clause a rollout that froze clean although it was masked breaks."""
+    if state.masked_by == {"conflict"}:
+        return "MASK-4"  # masked by conflicts alone: incomplete "from then on" is MASK-4's
     if state.seen_masked:
         return "MASK-2"
     if "mark" in state.masked_by:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import uuid
@@ -11,6 +12,7 @@ from typing import ClassVar
 from base import BaseStore, RolloutFileState
 
 from tokcap_spec.errors import RolloutFrozenError
+from tokcap_spec.ids import validate_rollout_id
 from tokcap_spec.protocols import TokenCaptureSnapshot
 
 
@@ -220,6 +222,45 @@ class ConflictKeptFirst(BaseStore):
         if call in state.entries and not state.retired:
             return
         super().apply_put(rollout_id, state, call, payload)
+
+
+class ConflictForgottenOnceReported(BaseStore):
+    """MASK-4: an acked conflict is reported by one freeze, then compacted away.
+
+    A conflicting re-put is not refused: its payload goes to a side file beside the rollout.
+    The next freeze reports the rollout incomplete; the freeze after it compacts the side file
+    away, keeping the first payload, moves the version, and reports the rollout clean.
+    """
+
+    breaks: ClassVar[str] = "MASK-4"
+
+    def _side(self, rollout_id: str) -> str:
+        return self.state_path(rollout_id) + ".conflicts"
+
+    def apply_put(self, rollout_id: str, state: RolloutFileState, call: str, payload: str) -> None:
+        known = state.entries.get(call)
+        if known is None or known == payload or state.retired:
+            super().apply_put(rollout_id, state, call, payload)
+            return
+        with open(self._side(rollout_id), "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"call": call, "payload": payload}) + "\n")
+        self.bump(state)
+
+    async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
+        rollout_id = validate_rollout_id(rollout_id)
+        side = self._side(rollout_id)
+        with self.transaction(rollout_id) as state:
+            if os.path.exists(side + ".reported"):
+                os.remove(side)  # compacted: the first payload stays
+                os.remove(side + ".reported")
+                self.bump(state)
+            self.apply_freeze(rollout_id, state)
+            snapshot = self.snapshot(rollout_id, state)
+            if not os.path.exists(side):
+                return snapshot
+            with open(side + ".reported", "w", encoding="utf-8"):
+                pass
+            return dataclasses.replace(snapshot, incomplete=True)
 
 
 class ConflictComparedByValue(BaseStore):
