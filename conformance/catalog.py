@@ -663,14 +663,16 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         how_broken=(
             "Snapshot ids minted per call (a fresh uuid at every freeze); versions taken from "
-            "the clock; ids hashed from entries in whatever order they were listed."
+            'the clock; ids hashed from entries in whatever order they were listed; "did the '
+            'rollout change?" asked with `is`, which holds for small ints only.'
         ),
         hazards=(
             "Freezing again with no write in between, from the source that froze first, from "
             "a fresh one, and from one in a spawned worker (which must see the same pair and "
             "entries: an id salted per process by `hash()` differs there); a rollout of 12 "
             "entries a spawned worker put, frozen by two more, each started with a string-hash "
-            "salt of its own (an id hashed in a set's order differs)."
+            "salt of its own (an id hashed in a set's order differs); a rollout of 260 puts, "
+            "frozen twice, whose version passes 256."
         ),
         checked_by=KIT,
     ),

@@ -11,6 +11,11 @@ as a user runs it (``python -m pytest -p tokcap_pytest --tokcap-sink=... -x -q``
 *killed* when the kit run fails (the first clause it names is recorded), *survives* when it
 passes, and is a *timeout* when the run outlives the deadline.
 
+A module that carries Redis scripts (``reference/_redis_scripts.py``) has its Lua mutated too
+(``tools/lua_mutants.py``: comparisons, logic, flags, numbers, removed statements), judged the
+same way; a Redis store's run gets a durable server the tool starts on a free loopback port
+(``tools/mutation_redis.py``). Staging stores are judged under ``--tokcap-contract=staging-v2``.
+
 Every survivor must be explained in ``docs/mutation-equivalents.json``: either an equivalent
 (``reason``: why no behaviour the contract names changes) or a known blind spot (``clause`` it
 breaks and a ``witness`` sequence that shows it). Entries are keyed by module, operator, line,
@@ -22,6 +27,7 @@ leaves the others' results as they were. Exits 1 when a survivor is unexplained.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -58,45 +64,114 @@ FILE_STORE = (
     "--tokcap-fence=strict",
 )
 
+STAGING = ("--tokcap-contract=staging-v2", "--tokcap-capability=read-back")
+FILE_STAGING = (
+    *STAGING,
+    "--tokcap-staging-sink=reference:FileStagingStore",
+    '--tokcap-staging-sink-kwargs={"root": "{tmp_path}"}',
+)
+MEMORY_STAGING = (
+    *STAGING,
+    "--tokcap-capability=process-local",
+    "--tokcap-staging-sink=reference:MemoryStagingStore",
+    '--tokcap-staging-sink-kwargs={"namespace": "mutation"}',
+)
+"""Staging stores run the staging-v2 contract; the modules they share are judged through the
+file store, whose checks include spawned processes."""
+
+REDIS_URL = "{redis_url}"
+"""Stands for the URL of the server the tool starts for a run of a Redis module."""
+REDIS_STORE = (
+    "--tokcap-sink=reference:RedisTokenStore",
+    '--tokcap-sink-kwargs={"url": "' + REDIS_URL + '"}',
+    "--tokcap-lineage=reference:RedisLineageResolver",
+    "--tokcap-fence=strict",
+)
+REDIS_STAGING = (
+    *STAGING,
+    "--tokcap-staging-sink=reference:RedisStagingStore",
+    '--tokcap-staging-sink-kwargs={"url": "' + REDIS_URL + '", "namespace": "mutation"}',
+)
 
 ROOTED = '--tokcap-sink-kwargs={"root": "{tmp_path}"}'
-OUTSIDE: dict[str, tuple[str, ...]] = {
-    "examples/first_sink/mysink.py": ("--tokcap-sink=mysink:SqliteSink", ROOTED),
-    "tests/mutants/independent.py": ("--tokcap-sink=independent:SqliteStore", ROOTED),
+STRICT = "--tokcap-fence=strict"
+OUTSIDE: dict[str, tuple[tuple[str, ...], ...]] = {
+    "examples/first_sink/mysink.py": (("--tokcap-sink=mysink:SqliteSink", ROOTED, STRICT),),
+    "tests/mutants/independent.py": (
+        ("--tokcap-sink=independent:SqliteStore", ROOTED, STRICT),
+        ("--tokcap-sink=independent:RelaxedSqliteStore", ROOTED),
+        ("--tokcap-sink=independent:MappingEntriesStore", ROOTED, STRICT),
+        (
+            "--tokcap-sink=independent:OwnRecordsOnlyStore",
+            ROOTED,
+            STRICT,
+            "--tokcap-entry-class=independent:Record",
+        ),
+    ),
 }
 """Stores written apart from the reference ones (the first sink of docs/first-sink.md and the
 suite's independent sqlite store), by the repo path of their module: the module is copied
-beside the shipped packages and its folder put on the judged run's import path."""
+beside the shipped packages and its folder put on the judged run's import path. A module that
+builds several stores has each judged in turn; a mutant is killed when any run fails."""
 
 
-def target_options(module: str) -> tuple[str, ...]:
-    """Return the kit options naming the store that ``module`` (a repo path) belongs to."""
+def targets(module: str) -> tuple[tuple[str, ...], ...]:
+    """Return, for each store built from ``module`` (a repo path), the kit options naming it."""
     if module == "reference/memory_store.py":
-        return MEMORY_STORE
+        return (MEMORY_STORE,)
     if module == "reference/file_store.py" or module.startswith("reference/_file_"):
-        return FILE_STORE
+        return (FILE_STORE,)
     if module in OUTSIDE:
-        return (*OUTSIDE[module], "--tokcap-fence=strict")
+        return OUTSIDE[module]
+    if module in ("reference/redis_store.py", "reference/_redis_scripts.py"):
+        return (REDIS_STORE,)
+    if module == "reference/staging_redis.py":
+        return (REDIS_STAGING,)
+    if module == "reference/staging_memory.py":
+        return (MEMORY_STAGING,)
+    if module == "reference/staging_file.py" or module.startswith("reference/_staging_"):
+        return (FILE_STAGING,)
     raise SystemExit(f"{module}: no store is known to be built from this module")
 
 
-def kit_command(python: str, module: str, seed: int) -> list[str]:
+def target_options(module: str) -> tuple[str, ...]:
+    """Return the kit options naming the first store that ``module`` builds."""
+    return targets(module)[0]
+
+
+def needs_redis(module: str) -> bool:
+    """Whether the stores built from ``module`` need a Redis server."""
+    return any(REDIS_URL in option for options in targets(module) for option in options)
+
+
+def kit_command(python: str, module: str, seed: int, redis_url: str = REDIS_URL) -> list[str]:
     """Return the kit run, as a user runs it, that judges a mutant of ``module``.
 
+    ``redis_url`` names the server of a Redis module's store (shown as a placeholder if not
+    given).
+
     A module outside the shipped packages is imported from its folder in the scratch copy
-    (the run's working directory), so the mutant, not the repo's file, is judged.
+    (the run's working directory), so the mutant, not the repo's file, is judged. A module
+    that builds several stores gets one shell command running the kit on each in turn, which
+    stops at the first run that fails.
     """
     folder = [f"PYTHONPATH={Path(module).parent}"] if module in OUTSIDE else []
-    return [
-        *(["env", *folder] if folder else []),
-        python,
-        *("-m", "pytest", "-p", "no:cacheprovider", "-p", "tokcap_pytest"),
-        *target_options(module),
-        "--tokcap-profile=ci",
-        f"--tokcap-seed={seed}",
-        "-x",
-        "-q",
+    runs = [
+        [
+            *(["env", *folder] if folder else []),
+            python,
+            *("-m", "pytest", "-p", "no:cacheprovider", "-p", "tokcap_pytest"),
+            *(option.replace(REDIS_URL, redis_url) for option in options),
+            "--tokcap-profile=ci",
+            f"--tokcap-seed={seed}",
+            "-x",
+            "-q",
+        ]
+        for options in targets(module)
     ]
+    if len(runs) == 1:
+        return runs[0]
+    return ["sh", "-c", " && ".join(shlex.join(run) for run in runs)]
 
 
 @dataclass(frozen=True)
@@ -219,8 +294,50 @@ def _baseline(command: list[str], copy: Path, env: dict[str, str]) -> float:
     return time.monotonic() - started
 
 
-def _shard(session: Path, copies: list[Path], functions: Sequence[str]) -> int:
-    """Give each copy the session, every job but its share marked skipped; return the jobs.
+Span = tuple[tuple[int, int], tuple[int, int]]
+
+
+def annotation_spans(source: str) -> list[Span]:
+    """Return where the parameter and return annotations of ``source``'s functions are, as
+    (line, column) start and end, when the module postpones annotations; else nothing.
+
+    Under ``from __future__ import annotations`` a function's annotations are never evaluated
+    (the kit never asks for type hints), so a mutant inside one cannot change behaviour.
+    """
+    tree = ast.parse(source)
+    postponed = any(
+        isinstance(node, ast.ImportFrom)
+        and node.module == "__future__"
+        and any(alias.name == "annotations" for alias in node.names)
+        for node in tree.body
+    )
+    if not postponed:
+        return []
+    spans: list[Span] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            arguments = node.args
+            every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+            every += [found for found in (arguments.vararg, arguments.kwarg) if found]
+            notes = [found.annotation for found in every if found.annotation is not None]
+            notes += [node.returns] if node.returns is not None else []
+            spans += [
+                ((n.lineno, n.col_offset), (n.end_lineno or n.lineno, n.end_col_offset or 0))
+                for n in notes
+            ]
+    return spans
+
+
+def _in_annotation(item: Any, spans: list[Span]) -> bool:
+    start = tuple(item.mutations[0].start_pos)
+    return any(begin <= start < end for begin, end in spans)
+
+
+def _shard(
+    session: Path, copies: list[Path], functions: Sequence[str], spans: list[Span]
+) -> tuple[int, int]:
+    """Give each copy the session, every job but its share marked skipped; return the jobs
+    chosen and the mutants left out because they lie inside an annotation (``spans``).
 
     With ``functions``, only mutants inside those functions or methods are anyone's share.
     """
@@ -234,12 +351,14 @@ def _shard(session: Path, copies: list[Path], functions: Sequence[str]) -> int:
             items = sorted(db.work_items, key=_order)
             if functions:
                 items = [i for i in items if i.mutations[0].definition_name in functions]
+            noted = [i for i in items if _in_annotation(i, spans)]
+            items = [i for i in items if not _in_annotation(i, spans)]
             chosen = len(items)
             mine = {item.job_id for item in items[index :: len(copies)]}
             for item in db.work_items:
                 if item.job_id not in mine:
                     db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
-    return chosen
+    return chosen, len(noted)
 
 
 def _order(item: Any) -> tuple[Any, ...]:
@@ -298,21 +417,71 @@ def run_module(
 ) -> dict[str, Any]:
     """Run the mutants of ``module`` in ``jobs`` scratch copies; return the module's record.
 
-    With ``functions``, only the mutants inside those functions or methods are run.
+    With ``functions``, only the mutants inside those functions or methods are run. A module
+    carrying Redis scripts has its Lua mutants run too (never narrowed by ``functions``).
     """
+    if not needs_redis(module):
+        return _run_with(module, jobs, seed, scratch, functions, "")
+    sys.path.insert(0, str(PROJECT / "tools"))
+    import mutation_redis
+
+    with mutation_redis.server() as url:
+        return _run_with(module, jobs, seed, scratch, functions, url)
+
+
+def _run_with(
+    module: str, jobs: int, seed: int, scratch: Path, functions: Sequence[str], url: str
+) -> dict[str, Any]:
     started = time.monotonic()
     copies = [scratch / f"copy-{index}" for index in range(jobs)]
     for copy in copies:
         make_copy(copy, module)
-    command = kit_command(sys.executable, module, seed)
+    command = kit_command(sys.executable, module, seed, url or REDIS_URL)
     env = {**_environment(), "HYPOTHESIS_STORAGE_DIRECTORY": str(scratch / "hypothesis")}
     baseline = _baseline(command, copies[0], env)
     timeout = max(60.0, 6 * baseline)
+    source = (copies[0] / module).read_text(encoding="utf-8").splitlines()
+    spans = annotation_spans("\n".join(source))
+    found, noted = _run_cosmic_ray(module, copies, command, timeout, functions, spans)
+    mutants = [asdict(mutant) for mutant in found]
+    tool = "cosmic-ray 8.7.0"
+    if url:
+        import lua_mutants
+        import mutation_redis
+
+        if lua_mutants.lua_lines("\n".join(source)):
+            tool += " and tools/lua_mutants.py"
+            mutants += mutation_redis.run_lua(module, copies, command, env, timeout, _first_clause)
+            mutants.sort(key=lambda m: (m["line"], m["operator"], m["occurrence"]))
+    return {
+        "generated": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+        "tool": tool,
+        "command": shlex.join(kit_command("python", module, seed)),
+        "seed": seed,
+        "jobs": jobs,
+        "baseline_seconds": round(baseline, 1),
+        "timeout_seconds": round(timeout, 1),
+        "wall_seconds": round(time.monotonic() - started),
+        "functions": sorted(functions),
+        "annotation_mutants": noted,
+        "mutants": mutants,
+    }
+
+
+def _run_cosmic_ray(
+    module: str,
+    copies: list[Path],
+    command: list[str],
+    timeout: float,
+    functions: Sequence[str],
+    spans: list[Span],
+) -> tuple[list[Mutant], int]:
+    scratch = copies[0].parent
     config = scratch / "cosmic-ray.toml"
     config.write_text(_config(module, command, timeout), encoding="utf-8")
     if _cosmic_ray("init", config, scratch / SESSION, cwd=copies[0]).wait() != 0:
         raise SystemExit("cosmic-ray init failed")
-    chosen = _shard(scratch / SESSION, copies, functions)
+    chosen, noted = _shard(scratch / SESSION, copies, functions, spans)
     running = [_cosmic_ray("exec", config, SESSION, cwd=copy) for copy in copies]
     try:
         while any(process.poll() is None for process in running):
@@ -326,19 +495,7 @@ def run_module(
     if any(process.returncode != 0 for process in running):
         raise SystemExit("cosmic-ray exec failed")
     source = (copies[0] / module).read_text(encoding="utf-8").splitlines()
-    mutants = _collect(module, copies, source)
-    return {
-        "generated": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
-        "tool": "cosmic-ray 8.7.0",
-        "command": shlex.join("python" if part == sys.executable else part for part in command),
-        "seed": seed,
-        "jobs": jobs,
-        "baseline_seconds": round(baseline, 1),
-        "timeout_seconds": round(timeout, 1),
-        "wall_seconds": round(time.monotonic() - started),
-        "functions": sorted(functions),
-        "mutants": [asdict(mutant) for mutant in mutants],
-    }
+    return _collect(module, copies, source), noted
 
 
 def _environment() -> dict[str, str]:
@@ -355,17 +512,21 @@ def render(results: dict[str, Any], entries: list[Explanation]) -> str:
         "# Mutation score",
         "",
         "Generated by `python tools/mutation_score.py MODULE`: cosmic-ray 8.7.0 makes every "
-        "mutant of the module its default operators can, and applies each in a scratch copy of "
+        "mutant of the module its default operators can (and `tools/lua_mutants.py` every "
+        "mutant of the Lua a Redis module carries), and applies each in a scratch copy of "
         "the shipped packages, where the kit judges it as a user runs it, with a fixed seed "
         "(`--tokcap-seed`). Killed means the kit run failed (the first clause it named is "
         "shown); a timeout is a run that outlived the deadline. Every survivor is either "
         "equivalent (no behaviour the contract names changes; the reason is given) or a blind "
         "spot (the clause it breaks and the operations that show it). Both are recorded in "
-        "`docs/mutation-equivalents.json`.",
+        "`docs/mutation-equivalents.json`. The score is the share of the mutants that are not "
+        "equivalent that the kit killed or timed out. Mutants inside a function's annotations are "
+        "not run where the module postpones annotations (`from __future__ import annotations`): "
+        "they are never evaluated, so they cannot change behaviour; the scope says how many.",
         "",
         "| module | scope | mutants | killed | survived | timeouts | survived % | equivalent | "
-        "blind spots | unexplained | s per mutant and job |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "blind spots | unexplained | score | s per mutant and job |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     sections: list[str] = []
     for module, record in sorted(results.items()):
@@ -382,10 +543,18 @@ def render(results: dict[str, Any], entries: list[Explanation]) -> str:
             f"{counts['survived']} | "
             f"{counts['timeout']} | {100 * counts['survived'] / max(1, total):.1f}% | "
             f"{equivalent} | {blind} | {len(survivors) - equivalent - blind} | "
-            f"{per_mutant:.1f} |"
+            f"{score(counts, equivalent):.1f}% | {per_mutant:.1f} |"
         )
         sections += _module_section(module, record, mutants, explained)
     return "\n".join([*lines, *sections]) + "\n"
+
+
+def score(counts: Counter[str], equivalent: int) -> float:
+    """Return the percent of the mutants that are not equivalent which the kit killed or
+    timed out (100 when every mutant is equivalent)."""
+    caught = counts["killed"] + counts["timeout"]
+    judged = sum(counts.values()) - equivalent
+    return 100.0 * caught / judged if judged else 100.0
 
 
 def _module_section(
@@ -456,7 +625,9 @@ def _replay(module: str, record: dict[str, Any]) -> str:
 
 def _scope(record: dict[str, Any]) -> str:
     functions = record.get("functions") or []
-    return "mutants inside " + ", ".join(f"`{name}`" for name in functions) if functions else "all"
+    scope = "mutants inside " + ", ".join(f"`{n}`" for n in functions) if functions else "all"
+    noted = record.get("annotation_mutants", 0)
+    return f"{scope} but {noted} in annotations" if noted else scope
 
 
 def _killer(mutant: Mutant) -> str:
@@ -487,7 +658,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if RESULTS.exists():
         results = json.loads(RESULTS.read_text(encoding="utf-8"))
     for module in options.modules:
-        target_options(module)
+        targets(module)
         with tempfile.TemporaryDirectory(prefix="tokcap-mutation-") as scratch:
             record = run_module(
                 module, options.jobs, options.seed, Path(scratch), options.functions

@@ -30,10 +30,17 @@ _IDEMPOTENT_ENTRIES = 12
 dict keyed by ``hash()``, in the order one process's salt gives, differs in another process
 all but certainly."""
 
+_LONG_CHANGES = 260
+"""Puts into the long rollout frozen twice: its version passes 256, past which CPython no
+longer shares one int object per value, so a store that compares versions with ``is`` (or
+keys its snapshot on an object's identity) mints a new snapshot on every freeze of a long
+conversation while passing every short one."""
+
 
 @check("FREEZE-2", "idempotent")
 def idempotent(kit: Kit) -> None:
-    """Freezing again, from the same, a fresh or a spawned worker's source, gives one snapshot."""
+    """Freezing again, from the same, a fresh or a spawned worker's source, gives one snapshot,
+    on a short rollout and on one whose version passed 256."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     for _ in range(_IDEMPOTENT_ENTRIES):
@@ -49,6 +56,17 @@ def idempotent(kit: Kit) -> None:
     )
     if not kit.claims("process-local"):
         step.expect_same_in_spawned_worker(kit, first)
+    long = kit.rollout_id("long")
+    for _ in range(_LONG_CHANGES):
+        step.put(kit, sink, kit.entries.entry(long, prompt_len=2, generation_len=1))
+    settled = step.freeze(kit, source, long)
+    step.expect_equal_snapshots(
+        kit,
+        settled,
+        step.freeze(kit, source, long),
+        hint=hint + f"; after {_LONG_CHANGES} changes too (compare versions by value, not by "
+        "identity: `is` holds for small ints only)",
+    )
 
 
 @check("FREEZE-3", "unique-per-call")

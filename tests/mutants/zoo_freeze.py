@@ -334,3 +334,21 @@ class ConflictKeptBeside(BaseStore):
             self.bump(state)
             return
         super().apply_put(rollout_id, state, call, payload)
+
+
+class ComparesVersionsByIdentity(BaseStore):
+    """FREEZE-2: whether the rollout changed since its last snapshot is asked with ``is``.
+
+    CPython keeps one int object per value only from -5 to 256, and the state is parsed anew
+    from its file on every freeze. Every short rollout passes; once a conversation has seen
+    more than 256 changes, each freeze finds "another" version and mints a new snapshot id.
+    """
+
+    breaks: ClassVar[str] = "FREEZE-2"
+
+    def apply_freeze(self, rollout_id: str, state: RolloutFileState) -> None:
+        self.refuse_retired(rollout_id, state)
+        state.frozen = True
+        if not state.snapshot_id or state.snapshot_version is not state.version:
+            state.snapshot_id = uuid.uuid4().hex
+            state.snapshot_version = state.version
