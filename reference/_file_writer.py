@@ -98,6 +98,49 @@ class _Waiting:
 _Item = _Job | _Put | _Steps | _Stop
 
 
+class _Jobs:
+    """A shard's queue: put from any thread (reentrant, so a finalizer may put), taken by one.
+
+    ``queue.SimpleQueue.get`` with a timeout can block for good before CPython 3.13: once its
+    first try took the free internal lock, it recomputes the time left, and a deadline missed
+    by a microsecond or more (a tiny timeout, or a thread preempted there) turns negative,
+    which the next wait reads as "no timeout". The shard waits for the next job with the
+    pause of a busy rollout as its timeout, so that wait would end only with another job,
+    and a caller waiting for the set-aside put submits none. Here the timed wait is a
+    ``threading.Lock`` acquire, whose timeout holds; each put releases the lock.
+    """
+
+    def __init__(self) -> None:
+        self._items: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._ready = threading.Lock()
+        self._ready.acquire()
+
+    def put(self, item: _Item) -> None:
+        self._items.put(item)
+        # Already released by an earlier put the taker has not yet seen: it wakes anyway.
+        with contextlib.suppress(RuntimeError):
+            self._ready.release()
+
+    def empty(self) -> bool:
+        return self._items.empty()
+
+    def get_nowait(self) -> _Item:
+        return self._items.get_nowait()
+
+    def get(self, timeout: float | None = None) -> _Item:
+        """The next job, waiting up to ``timeout`` seconds (None: for good); or queue.Empty."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(queue.Empty):
+                return self._items.get_nowait()
+            if deadline is None:
+                self._ready.acquire()
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._ready.acquire(timeout=left):
+                raise queue.Empty
+
+
 def _deliver(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
     if future.done():
         return
@@ -135,7 +178,7 @@ class _Shard:
     """What one shard thread works with."""
 
     logs: LogDirectory
-    jobs: queue.SimpleQueue[_Item]
+    jobs: _Jobs
     syncs: concurrent.futures.ThreadPoolExecutor
 
 
@@ -337,7 +380,7 @@ class _Shards:
     """The queues of one incarnation of a writer's threads, started one by one as used."""
 
     def __init__(self, count: int) -> None:
-        self.queues: list[queue.SimpleQueue[_Item] | None] = [None] * count
+        self.queues: list[_Jobs | None] = [None] * count
 
     def stop_all(self) -> None:
         for jobs in self.queues:
@@ -373,7 +416,7 @@ class WriterThread:
         self._pid = os.getpid()
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
-    def _queue(self, key: str | None) -> queue.SimpleQueue[_Item]:
+    def _queue(self, key: str | None) -> _Jobs:
         index = 0 if key is None else zlib.crc32(key.encode("utf-8")) % self._count
         with self._guard:
             if self._pid != os.getpid():
@@ -384,7 +427,7 @@ class WriterThread:
                 self._finalizer = weakref.finalize(self, self._shards.stop_all)
             jobs = self._shards.queues[index]
             if jobs is None:
-                jobs = queue.SimpleQueue()
+                jobs = _Jobs()
                 name = self._name if index == 0 else f"{self._name} shard {index}"
                 shard = _Shard(
                     LogDirectory(self._root, mode=self._mode, lock_timeout=self._lock_timeout),

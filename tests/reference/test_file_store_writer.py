@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import queue
 import threading
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 from reference import _file_log
 from reference._file_log import RolloutLockBusy, RolloutLockTimeoutError
 from reference._file_rollouts import LogDirectory
-from reference._file_writer import WriterThread
+from reference._file_writer import WriterThread, _Jobs, _Stop
 from tokcap_spec.errors import RolloutFrozenError, StoreWriteError
 from tokcap_spec.records import TokenEntry
 
@@ -496,3 +498,59 @@ class TestIntents:
         assert not snapshot.incomplete
         assert (tmp_path / _file_log.log_name("r")).read_bytes().count(b'"kind":"intent"') == 1
         logs.close()
+
+
+class TestJobQueue:
+    """The shard's job queue: its timed wait for the next job ends, however short the timeout.
+
+    ``queue.SimpleQueue.get(timeout=...)`` could block for good before CPython 3.13 when the
+    deadline passed between its first try and its wait (a tiny timeout, or a preemption
+    there): a shard waiting out a busy rollout's pause then slept until the next job, which
+    a caller waiting for the set-aside put never sends.
+    """
+
+    def test_a_timed_get_of_an_empty_queue_raises_empty(self) -> None:
+        jobs = _Jobs()
+        jobs.put(_Stop())
+        jobs.get()  # as the shard does: an item taken leaves the queue's lock free
+        for timeout in (0.0, 1e-9, 1e-6):
+            with pytest.raises(queue.Empty):
+                jobs.get(timeout=timeout)
+
+    def test_jobs_come_out_in_order_and_a_put_wakes_a_waiting_get(self) -> None:
+        jobs = _Jobs()
+        first, second = _Stop(), _Stop()
+        jobs.put(first)
+        jobs.put(second)
+        assert jobs.get(timeout=0.0) is first
+        assert jobs.get_nowait() is second
+        assert jobs.empty()
+        taken: list[object] = []
+
+        def take() -> None:
+            taken.append(jobs.get())
+
+        waiter = threading.Thread(target=take)
+        waiter.start()
+        third = _Stop()
+        jobs.put(third)
+        waiter.join(30)
+        assert taken == [third]
+
+    def test_timed_gets_right_after_a_take_never_block_for_good(self) -> None:
+        """The sequence that hung SimpleQueue (after thousands of rounds, not at once)."""
+        jobs = _Jobs()
+        rounds: list[int] = []
+
+        def take_and_wait() -> None:
+            for _ in range(50_000):
+                jobs.put(_Stop())
+                jobs.get()
+                with contextlib.suppress(queue.Empty):
+                    jobs.get(timeout=1e-9)
+            rounds.append(50_000)
+
+        taker = threading.Thread(target=take_and_wait, daemon=True)
+        taker.start()
+        taker.join(60)
+        assert rounds == [50_000], "a timed get blocked past its timeout"
