@@ -303,14 +303,15 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         how_broken=(
             "Handing out the store's own lists instead of copies; an in-memory store that keeps "
-            "appending to the snapshot object it returned; entries loaded lazily when iterated."
+            "appending to the snapshot object it returned; entries loaded lazily when iterated; "
+            "copies of the record's own fields that share an extra field's values."
         ),
         hazards=(
             "The caller editing a returned snapshot's entry list and every list and mapping "
-            "inside its entries (entries as objects or as any mapping, read-only views "
-            "included), then freezing from the same and a fresh source; later marks and puts, "
-            "then the earlier snapshot reread as it is, after the same source froze again and "
-            "after a fresh one did."
+            "inside its entries, an extra field's included (entries as objects or as any "
+            "mapping, read-only views included), then freezing from the same and a fresh "
+            "source; later marks and puts, then the earlier snapshot reread as it is, after "
+            "the same source froze again and after a fresh one did."
         ),
         checked_by=KIT,
     ),

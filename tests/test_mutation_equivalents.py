@@ -105,3 +105,15 @@ def test_mutants_in_postponed_annotations_are_left_out() -> None:
     spans = TOOL.annotation_spans(source)
     assert spans == [((2, 9), (2, 19)), ((2, 27), (2, 30)), ((2, 41), (2, 53))]
     assert TOOL.annotation_spans(source.split("\n", 1)[1]) == []
+
+
+def test_shared_staging_modules_are_judged_on_gyms_classes_too() -> None:
+    """A staging module both stores share is judged on tokcap_spec's classes, then on NeMo
+    Gym's with the store as it comes and built for them, Gym's modules on the import path."""
+    command = TOOL.kit_command("python3", "reference/_staging_rules.py", 7, gym_root="/gym")
+    assert command[:2] == ["sh", "-c"]
+    script = command[2]
+    assert script.count("--tokcap-contract=staging-v2") == 3
+    assert script.count("--tokcap-staging-classes=gym") == 2
+    assert script.count("PYTHONPATH=/gym") == 2
+    assert '"classes": "gym"' in script

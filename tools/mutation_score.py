@@ -56,11 +56,13 @@ _CLAUSE = re.compile(r"\[([A-Z]+(?:-[A-Z]+)*-\d+)\] contract violated")
 MEMORY_STORE = (
     "--tokcap-sink=reference:MemoryTokenStore",
     "--tokcap-capability=process-local",
+    "--tokcap-lineage=reference:MemoryLineageResolver",
     "--tokcap-fence=strict",
 )
 FILE_STORE = (
     "--tokcap-sink=reference:FileTokenStore",
     '--tokcap-sink-kwargs={"root": "{tmp_path}"}',
+    "--tokcap-lineage=reference:FileLineageResolver",
     "--tokcap-fence=strict",
 )
 
@@ -76,8 +78,19 @@ MEMORY_STAGING = (
     "--tokcap-staging-sink=reference:MemoryStagingStore",
     '--tokcap-staging-sink-kwargs={"namespace": "mutation"}',
 )
+GYM_ROOT = "{gym_root}"
+"""Stands for the folder holding NeMo Gym 0.7.0's unpacked modules (the pinned wheel the
+interop tests fetch), put on the import path of a run judged on Gym's classes."""
+GYM_STAGING = (f"PYTHONPATH={GYM_ROOT}", *FILE_STAGING, "--tokcap-staging-classes=gym")
+BUILT_FOR_GYM = (
+    f"PYTHONPATH={GYM_ROOT}",
+    *FILE_STAGING[:-1],
+    '--tokcap-staging-sink-kwargs={"root": "{tmp_path}", "classes": "gym"}',
+    "--tokcap-staging-classes=gym",
+)
 """Staging stores run the staging-v2 contract; the modules they share are judged through the
-file store, whose checks include spawned processes."""
+file store, whose checks include spawned processes, on tokcap_spec's classes and then on
+NeMo Gym's, as Gym's capture stages and fetches: as it comes, and built for them."""
 
 REDIS_URL = "{redis_url}"
 """Stands for the URL of the server the tool starts for a run of a Redis module."""
@@ -130,7 +143,7 @@ def targets(module: str) -> tuple[tuple[str, ...], ...]:
     if module == "reference/staging_memory.py":
         return (MEMORY_STAGING,)
     if module == "reference/staging_file.py" or module.startswith("reference/_staging_"):
-        return (FILE_STAGING,)
+        return (FILE_STAGING, GYM_STAGING, BUILT_FOR_GYM)
     raise SystemExit(f"{module}: no store is known to be built from this module")
 
 
@@ -144,11 +157,23 @@ def needs_redis(module: str) -> bool:
     return any(REDIS_URL in option for options in targets(module) for option in options)
 
 
-def kit_command(python: str, module: str, seed: int, redis_url: str = REDIS_URL) -> list[str]:
+def needs_gym(module: str) -> bool:
+    """Whether a store built from ``module`` is judged on NeMo Gym's classes too."""
+    return any(GYM_ROOT in option for options in targets(module) for option in options)
+
+
+def kit_command(
+    python: str,
+    module: str,
+    seed: int,
+    redis_url: str = REDIS_URL,
+    gym_root: str = GYM_ROOT,
+) -> list[str]:
     """Return the kit run, as a user runs it, that judges a mutant of ``module``.
 
-    ``redis_url`` names the server of a Redis module's store (shown as a placeholder if not
-    given).
+    ``redis_url`` names the server of a Redis module's store, ``gym_root`` the unpacked NeMo
+    Gym modules (each shown as a placeholder if not given). A target's ``PYTHONPATH=``
+    entry is set in the run's environment.
 
     A module outside the shipped packages is imported from its folder in the scratch copy
     (the run's working directory), so the mutant, not the repo's file, is judged. A module
@@ -156,19 +181,22 @@ def kit_command(python: str, module: str, seed: int, redis_url: str = REDIS_URL)
     stops at the first run that fails.
     """
     folder = [f"PYTHONPATH={Path(module).parent}"] if module in OUTSIDE else []
-    runs = [
-        [
-            *(["env", *folder] if folder else []),
-            python,
-            *("-m", "pytest", "-p", "no:cacheprovider", "-p", "tokcap_pytest"),
-            *(option.replace(REDIS_URL, redis_url) for option in options),
-            "--tokcap-profile=ci",
-            f"--tokcap-seed={seed}",
-            "-x",
-            "-q",
-        ]
-        for options in targets(module)
-    ]
+    runs = []
+    for options in targets(module):
+        filled = [o.replace(REDIS_URL, redis_url).replace(GYM_ROOT, gym_root) for o in options]
+        path = folder + [o for o in filled if o.startswith("PYTHONPATH=")]
+        runs.append(
+            [
+                *(["env", *path] if path else []),
+                python,
+                *("-m", "pytest", "-p", "no:cacheprovider", "-p", "tokcap_pytest"),
+                *(o for o in filled if not o.startswith("PYTHONPATH=")),
+                "--tokcap-profile=ci",
+                f"--tokcap-seed={seed}",
+                "-x",
+                "-q",
+            ]
+        )
     if len(runs) == 1:
         return runs[0]
     return ["sh", "-c", " && ".join(shlex.join(run) for run in runs)]
@@ -420,23 +448,41 @@ def run_module(
     With ``functions``, only the mutants inside those functions or methods are run. A module
     carrying Redis scripts has its Lua mutants run too (never narrowed by ``functions``).
     """
+    gym = _gym_root() if needs_gym(module) else GYM_ROOT
     if not needs_redis(module):
-        return _run_with(module, jobs, seed, scratch, functions, "")
+        return _run_with(module, jobs, seed, scratch, functions, "", gym)
     sys.path.insert(0, str(PROJECT / "tools"))
     import mutation_redis
 
     with mutation_redis.server() as url:
-        return _run_with(module, jobs, seed, scratch, functions, url)
+        return _run_with(module, jobs, seed, scratch, functions, url, gym)
+
+
+def _gym_root() -> str:
+    """Unpack the pinned NeMo Gym wheel where the interop tests keep it; return the folder."""
+    sys.path.insert(0, str(PROJECT / "tests"))
+    from interop.gym_release import fetch_wheel, pinned_wheel, unpack
+
+    cache = PROJECT / ".pytest_cache" / "d" / "tokcap-interop"
+    cache.mkdir(parents=True, exist_ok=True)
+    pin = pinned_wheel()
+    return str(unpack(fetch_wheel(pin, cache), pin, cache))
 
 
 def _run_with(
-    module: str, jobs: int, seed: int, scratch: Path, functions: Sequence[str], url: str
+    module: str,
+    jobs: int,
+    seed: int,
+    scratch: Path,
+    functions: Sequence[str],
+    url: str,
+    gym: str,
 ) -> dict[str, Any]:
     started = time.monotonic()
     copies = [scratch / f"copy-{index}" for index in range(jobs)]
     for copy in copies:
         make_copy(copy, module)
-    command = kit_command(sys.executable, module, seed, url or REDIS_URL)
+    command = kit_command(sys.executable, module, seed, url or REDIS_URL, gym)
     env = {**_environment(), "HYPOTHESIS_STORAGE_DIRECTORY": str(scratch / "hypothesis")}
     baseline = _baseline(command, copies[0], env)
     timeout = max(60.0, 6 * baseline)

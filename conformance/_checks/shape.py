@@ -85,21 +85,41 @@ _RECORD_FIELDS = tuple(TokenEntry.model_fields)
 
 def _tamper(entry: Any) -> None:
     """Edit, in place, every list and mapping the entry hands out, however it hands them out:
-    as attributes, or as the values of any mapping (a read-only view included)."""
-    for name in _RECORD_FIELDS:
-        value = entry.get(name) if isinstance(entry, Mapping) else getattr(entry, name, None)
+    as attributes (the record's fields and any extra field the entry keeps), or as the values
+    of any mapping (a read-only view included)."""
+    if isinstance(entry, Mapping):
+        handed = dict(entry.items())
+    else:
+        extra = getattr(entry, "__pydantic_extra__", None) or {}
+        names = [*_RECORD_FIELDS, *(name for name in extra if isinstance(name, str))]
+        handed = {name: getattr(entry, name, None) for name in names}
+    for name, value in handed.items():
         if isinstance(value, list):
             value.append({"tampered": True} if name == "output_items" else 1)
         elif isinstance(value, dict):
             value["tampered"] = True
+            for inner in value.values():
+                if isinstance(inner, list):
+                    inner.append("tampered")
+
+
+def _with_mutable_extra(kit: Kit, rollout: str) -> Any:
+    """A plain entry with an extra field holding a mapping and a list, where the entry class
+    keeps extras (a store that copies only the record's own fields shares this one)."""
+    try:
+        return kit.entries.entry(rollout, x_caller_notes={"tags": ["kept"], "turn": 1})
+    except (TypeError, ValueError):
+        return kit.entries.entry(rollout)  # The entry class keeps no extra fields.
 
 
 @check("SHAPE-3", "caller-mutation")
 def caller_mutation(kit: Kit) -> None:
-    """Mutating a returned snapshot's entries never changes what a later freeze returns."""
+    """Mutating a returned snapshot's entries, an extra field's values included, never changes
+    what a later freeze returns."""
     sink, source = kit.sink(), kit.source()
     rollout = kit.rollout_id()
     step.put(kit, sink, kit.entries.entry(rollout))
+    step.put(kit, sink, _with_mutable_extra(kit, rollout))
     first = step.freeze(kit, source, rollout)
     expected = step.state(first)
     entries = first.raw.entries

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -230,3 +231,25 @@ class SnapshotSharesRolloutList(RelaxedFileStore):
         known = {entry.model_call_id for entry in kept}
         kept.extend(entry for entry in full.entries if entry.model_call_id not in known)
         return _ListSnapshot(rollout_id, kept, full.incomplete, full.snapshot_id, full.version)
+
+
+class CopiesOnlyTheRecordsFields(BaseStore):
+    """SHAPE-3: freeze copies the record's own fields out of a parse cache, not its extras.
+
+    The cache saves decoding work, and each freeze hands out a copy of the cached entry with
+    fresh token lists; an extra field the entry carries is shared with the cache, so a caller
+    that edits it edits what the next freeze returns.
+    """
+
+    breaks: ClassVar[str] = "SHAPE-3"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._parsed: dict[str, TokenEntry] = {}
+
+    def decode(self, stored: str) -> TokenEntry:
+        if stored not in self._parsed:
+            self._parsed[stored] = super().decode(stored)
+        cached = self._parsed[stored]
+        own = {name: copy.deepcopy(getattr(cached, name)) for name in type(cached).model_fields}
+        return cached.model_copy(update=own)
