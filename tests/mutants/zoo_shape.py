@@ -233,7 +233,7 @@ class SnapshotSharesRolloutList(RelaxedFileStore):
         return _ListSnapshot(rollout_id, kept, full.incomplete, full.snapshot_id, full.version)
 
 
-class CopiesOnlyTheRecordsFields(BaseStore):
+class CopiesOnlyTheRecordsFields(SharedEntryObjects):
     """SHAPE-3: freeze copies the record's own fields out of a parse cache, not its extras.
 
     The cache saves decoding work, and each freeze hands out a copy of the cached entry with
@@ -243,13 +243,7 @@ class CopiesOnlyTheRecordsFields(BaseStore):
 
     breaks: ClassVar[str] = "SHAPE-3"
 
-    def __init__(self, root: str) -> None:
-        super().__init__(root)
-        self._parsed: dict[str, TokenEntry] = {}
-
     def decode(self, stored: str) -> TokenEntry:
-        if stored not in self._parsed:
-            self._parsed[stored] = super().decode(stored)
-        cached = self._parsed[stored]
+        cached = super().decode(stored)
         own = {name: copy.deepcopy(getattr(cached, name)) for name in type(cached).model_fields}
         return cached.model_copy(update=own)
